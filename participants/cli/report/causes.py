@@ -25,8 +25,9 @@ overview counts it run-wide (``overview.Unscoped``).
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final, TypeAlias
 
 from ckpt_events import (
@@ -99,46 +100,61 @@ class SpanError:
     members: list[MemberFailure]
 
 
-@dataclass
+#: The shared empty values of ``TraceCauses``'s mappings (read-only: never written to).
+_NONE_BELOW: Final[Mapping[int, int]] = MappingProxyType({})
+_NONE_NOT_READY: Final[Mapping[str, tuple[str, int]]] = MappingProxyType({})
+
+
+@dataclass(slots=True)
 class TraceCauses:
     """What one trace keeps for its row's causes after it streamed past: never its events."""
 
     #: Each participant's first prepare start, for "N s after its prepare".
     prepares: dict[str, int] = field(default_factory=dict)
+    # What only a failed trace holds starts as one shared empty value, its own container made at
+    # its first failure: four empty ones made for each trace were 240 bytes a checkpoint.
     #: Every span that ended in error.
-    errors: list[SpanError] = field(default_factory=list)
+    errors: Sequence[SpanError] = ()
     #: Spans with a failure below them (a child that ended in error or a prepare not ready),
     #: each with when the first such child ended: a failure that ended after its parent did
     #: (a participant refusing the resume of a prepare the controller gave up on) followed from
     #: the parent's end, not the other way round.
-    first_failed_below: dict[int, int] = field(default_factory=dict)
+    first_failed_below: Mapping[int, int] = field(default_factory=lambda: _NONE_BELOW)
     #: ``prepare stopped at stage environment``: each coordinate.prepare that was not prepared
     #: (said only when nothing names why: the participants' logs are not all in).
-    stops: list[str] = field(default_factory=list)
+    stops: Sequence[str] = ()
     #: Per participant, the workers that blocked its prepare at the deadline, in words, and how
     #: many of its blockers they were (``protocol.NOT_READY_WORKERS``): the rest are episodes.
-    not_ready_workers: dict[str, tuple[str, int]] = field(default_factory=dict)
+    not_ready_workers: Mapping[str, tuple[str, int]] = field(default_factory=lambda: _NONE_NOT_READY)
 
     def prepare_finished(self, e: OperationFinished) -> None:
         """Keep which workers a participant's prepare ``e`` said blocked it, if any."""
         attributes = e.attributes or {}
         words, count = attributes.get(NOT_READY_WORKERS), attributes.get(NOT_READY_WORKER_BLOCKERS)
         if isinstance(words, str) and type(count) is int:
-            self.not_ready_workers[who_wrote(e)] = (words, count)
+            workers = self.not_ready_workers if isinstance(self.not_ready_workers, dict) else {}
+            workers[who_wrote(e)] = (words, count)
+            self.not_ready_workers = workers
 
     def span_failed(self, e: FinishedSpan, t: int) -> None:
         """Keep what a finished span ``e`` (ended at ``t``) says if it failed: ended in error, or
         a coordinate.prepare not prepared; a span that did not fail keeps nothing."""
         failed = e.outcome == Outcome.ERROR
         if failed:
-            self.errors.append(_error(e, t))
+            errors = self.errors if isinstance(self.errors, list) else []
+            errors.append(_error(e, t))
+            self.errors = errors
         # A coordinate.prepare that was not prepared: stopped at a stage.
         if isinstance(e, CoordinateFinished) and e.prepared is False:
             failed = True
-            self.stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
+            stops = self.stops if isinstance(self.stops, list) else []
+            stops.append(f"prepare stopped at stage {e.stopped_at or '?'}, not prepared")
+            self.stops = stops
         if e.parent_span_id is not None and failed:
-            at = self.first_failed_below.get(e.parent_span_id)
-            self.first_failed_below[e.parent_span_id] = t if at is None else min(at, t)
+            below = self.first_failed_below if isinstance(self.first_failed_below, dict) else {}
+            at = below.get(e.parent_span_id)
+            below[e.parent_span_id] = t if at is None else min(at, t)
+            self.first_failed_below = below
 
 
 class OwnOperations:

@@ -44,7 +44,6 @@ from ckpt_events.participants.cli.report.causes import (
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
     PointEvent,
-    RootSpan,
     StartedSpan,
     UnreadEnd,
     duration_ns,
@@ -56,14 +55,15 @@ from ckpt_events.participants.cli.report.events import (
 from ckpt_events.participants.cli.report.paths import dominant_step_ms, reads_ms
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
+from ckpt_events.participants.cli.report.roots import RootEnd, RootStart, end_of, same_row, start_of
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
 
-__all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "root_what", "unscoped_of"]
+__all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "unscoped_of"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Trace:
     """What one trace leaves after it streamed past: never its events."""
 
@@ -132,8 +132,11 @@ class Fold:
     traces: dict[int, Trace]
     #: Spans started and never finished, by (trace id, span id).
     started: dict[tuple[int, int], StartedSpan]
-    root_started: dict[tuple[int, int], RootSpan]
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished]
+    #: Root spans by (trace id, span id): each row's fields as it started (in the order read:
+    #: its place among rows that started at once), and its end. A root that ended as it started
+    #: is one record in both.
+    root_started: dict[tuple[int, int], RootStart]
+    root_finished: dict[tuple[int, int], RootEnd]
     #: Per root: its critical path in words, and for a restore what dominated it and its
     #: longest read or install step (ms).
     critical: dict[tuple[int, int], str]
@@ -183,8 +186,8 @@ def fold_events(
     started: dict[tuple[int, int], StartedSpan] = {}
     #: Finished spans of each trace since its last root ended: the critical path's input.
     pending: dict[int, list[FinishedSpan]] = {}
-    root_started: dict[tuple[int, int], RootSpan] = {}
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished] = {}
+    root_started: dict[tuple[int, int], RootStart] = {}
+    root_finished: dict[tuple[int, int], RootEnd] = {}
     critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
@@ -274,7 +277,7 @@ def fold_events(
                         trace.causes.prepares.setdefault(writer, e.start_ns)
                         trace.prepare_starts[e.span_id] = e.start_ns
                     if candidate and isinstance(e, ROOT_TYPES) and not parent_seen:
-                        root_started[key] = e
+                        root_started[key] = start_of(e)
                         if e.checkpoint_id:
                             root_since[e.checkpoint_id] = max(e.start_ns, root_since.get(e.checkpoint_id, 0))
                         rooted.add(trace_id)
@@ -320,7 +323,14 @@ def fold_events(
         buffer.append(e)
         if candidate and isinstance(e, ROOT_TYPES) and (key in root_started or not parent_seen):
             # A root ended: its trace's spans so far are its tree; fold and let them go.
-            root_finished[key] = e
+            start = root_started.get(key)
+            kept = end_of(e, start)
+            if start is not None and same_row(start, kept):
+                # Its end says what its start did: kept once, in its start's place, and its
+                # ids are its start's (the end's own copies let go: 80 bytes a root).
+                root_started[key] = kept
+                key = (kept.trace_id, kept.span_id)
+            root_finished[key] = kept
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
             critical[key] = _unknown_path(ended_unknown, trace_id, e.end_ns) or path_of(
@@ -328,7 +338,7 @@ def fold_events(
                 trace_id,
                 (s for (tid, _), s in started.items() if tid == trace_id and s.start_ns <= e.end_ns),
             )
-            if root_what(e) == "restore":
+            if kept.what == "restore":
                 # A read or install still open when the restore ended (its process killed, or
                 # slower than the controller waited) may be the longest: then none is named.
                 unfinished = [
@@ -444,12 +454,3 @@ def _unknown_path(
         f"critical path: unknown ({what_of(first)} on {who_wrote(first)}: {end.why}{others}); "
         "slowest operation: unknown too"
     )
-
-
-def root_what(root: RootSpan) -> str:
-    """What a root span is a row of: ``checkpoint``, ``restore`` (or a collection's other action)."""
-    match root:
-        case CollectionStarted(action=action) | CollectionFinished(action=action):
-            return str(action)
-        case CoordinateStarted(operation=operation) | CoordinateFinished(operation=operation):
-            return "restore" if operation == Operation.RESTORE else "checkpoint"

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from ckpt_events import CollectionFinished, CoordinateFinished
 from ckpt_events.participants.cli.report.causes import (
     CauseEvent,
     causes_of,
@@ -28,6 +27,7 @@ from ckpt_events.participants.cli.report.owners import (
     owner_since,
     rows_of,
 )
+from ckpt_events.participants.cli.report.roots import RootEnd
 from ckpt_events.participants.cli.text import short_id
 from ckpt_events.vocab import CollectionAction, Operation, Outcome
 
@@ -151,29 +151,23 @@ def _paused_span(traces: Sequence[Trace]) -> tuple[int, int] | None:
     return (min(firsts), max(lasts)) if firsts and lasts and max(lasts) >= min(firsts) else None
 
 
-def _episodes_after_restore(row: RunRow, ends: Sequence[CollectionFinished | CoordinateFinished]) -> None:
-    collections = [
-        f for f in ends if isinstance(f, CollectionFinished) and f.action == CollectionAction.RESTORE
-    ]
+def _episodes_after_restore(row: RunRow, ends: Sequence[RootEnd]) -> None:
+    collections = [f for f in ends if f.action == CollectionAction.RESTORE]
     if collections:
         rows = [f.rows for f in collections if f.rows is not None]
         restarts = [f.restarts for f in collections if f.restarts is not None]
         row.continued = sum(rows) if rows else None
         row.restarted = sum(restarts) if restarts else None
         return
-    episodes = [f.episodes for f in ends if isinstance(f, CoordinateFinished) and f.episodes is not None]
+    episodes = [f.episodes for f in ends if f.coordinated and f.episodes is not None]
     row.continued = sum(episodes) if episodes else None
 
 
-def _committed(roots: Sequence[CollectionFinished | CoordinateFinished]) -> bool:
-    return any(isinstance(f, CoordinateFinished) and f.operation == Operation.COMMIT for f in roots)
+def _committed(roots: Sequence[RootEnd]) -> bool:
+    return any(f.operation == Operation.COMMIT for f in roots)
 
 
-def _not_done(root: CollectionFinished | CoordinateFinished) -> bool:
+def _not_done(root: RootEnd) -> bool:
     """A root that ended without doing its work: a collection not published, a prepare not
     prepared."""
-    match root:
-        case CollectionFinished(published=False) | CoordinateFinished(prepared=False):
-            return True
-        case _:
-            return False
+    return root.published is False or root.prepared is False

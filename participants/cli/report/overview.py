@@ -27,10 +27,6 @@ from typing import Final, Literal
 
 from ckpt_events import (
     CheckpointEvent,
-    CollectionFinished,
-    CollectionStarted,
-    CoordinateFinished,
-    CoordinateStarted,
     OperationStarted,
     SpanEvent,
 )
@@ -41,12 +37,11 @@ from ckpt_events.participants.cli.report.causes import (
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
 from ckpt_events.participants.cli.report.durations import DurationsFold
 from ckpt_events.participants.cli.report.events import (
-    RootSpan,
     UnreadEnd,
     event_time,
     trace_of,
 )
-from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Unscoped, fold_events, root_what
+from ckpt_events.participants.cli.report.fold import UNROOTED, Fold, Unscoped, fold_events
 from ckpt_events.participants.cli.report.judge import (
     OPEN,
     PUBLISHED,
@@ -62,6 +57,7 @@ from ckpt_events.participants.cli.report.owners import (
 )
 from ckpt_events.participants.cli.report.paths import path_unknown_line as path_unknown_of
 from ckpt_events.participants.cli.report.root_clocks import FIRST, wall_step
+from ckpt_events.participants.cli.report.roots import RootEnd, RootStart
 from ckpt_events.participants.cli.report.runs import Fleet, RunLinks, fleets
 from ckpt_events.participants.cli.report.shared import owned, shared_line, shared_traces
 from ckpt_events.participants.cli.report.stall_blame import StallBlame
@@ -434,7 +430,7 @@ def overview(
                     row.reads_ms[who] = max(row.reads_ms.get(who, 0.0), ms)
         elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
             checkpoints[row.checkpoint_id] = number
-        ends = [f for k in row.roots if isinstance(f := fold.root_finished.get(k), CoordinateFinished)]
+        ends = [f for k in row.roots if (f := fold.root_finished.get(k)) is not None and f.coordinated]
         stepped, monotonic, ms_why = wall_step(ends) if row.end_ns is not None else (None, None, None)
         row.stepped_ns = stepped
         row.monotonic_ns = monotonic
@@ -466,8 +462,8 @@ def overview(
 
 
 def _rows(
-    root_started: dict[tuple[int, int], RootSpan],
-    root_finished: dict[tuple[int, int], CollectionFinished | CoordinateFinished],
+    root_started: dict[tuple[int, int], RootStart],
+    root_finished: dict[tuple[int, int], RootEnd],
 ) -> list[RunRow]:
     roots = [*root_started.values(), *(f for k, f in root_finished.items() if k not in root_started)]
     # A span whose parent's start was not in the logs (rotated away, a log that begins mid-
@@ -477,10 +473,7 @@ def _rows(
     roots = [
         e
         for e in roots
-        if (
-            not isinstance(e, CollectionStarted | CollectionFinished)
-            or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE)
-        )
+        if (e.action is None or e.action in (CollectionAction.CHECKPOINT, CollectionAction.RESTORE))
         and (e.parent_span_id == e.span_id or (e.trace_id, e.parent_span_id) not in keys)
     ]
     roots.sort(key=lambda e: e.start_ns)
@@ -493,7 +486,7 @@ def _rows(
     #: own; merged, the retry's success was said as the first attempt's failure.
     open_rows: dict[tuple[str | None, bool, str, str], tuple[RunRow, set[str]]] = {}
     for e in roots:
-        if isinstance(e, CoordinateStarted | CoordinateFinished):
+        if e.operation is not None:  # a coordinate operation run on its own
             key = (e.checkpoint_id, e.operation == Operation.RESTORE, e.kind, e.instance)
             found = open_rows.get(key)
             if found is not None and not (
@@ -509,14 +502,14 @@ def _rows(
                 continue
         rows.append(
             RunRow(
-                root_what(e),
+                e.what,
                 e.checkpoint_id,
                 e.start_ns,
                 roots=[(e.trace_id, e.span_id)],
-                coordinated=isinstance(e, CoordinateStarted | CoordinateFinished),
+                coordinated=e.coordinated,
             )
         )
-        if isinstance(e, CoordinateStarted | CoordinateFinished):
+        if e.operation is not None:  # a coordinate operation run on its own
             open_rows[key] = (rows[-1], {e.operation})
     rows.sort(key=lambda r: r.start_ns)  # stable: the order read where starts tie
     return rows

@@ -15,8 +15,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Final
 
-from ckpt_events import CoordinateFinished
-from ckpt_events.participants.cli.report.clocks import process_of
+from ckpt_events.participants.cli.report.roots import RootEnd
 from ckpt_events.vocab import Operation
 
 __all__ = ["FIRST", "ROOTS_SLACK_NS", "wall_step"]
@@ -29,7 +28,7 @@ FIRST: Final = frozenset((Operation.PREPARE, Operation.RESTORE))
 ROOTS_SLACK_NS: Final = 1_000_000
 
 
-def wall_step(ends: Sequence[CoordinateFinished]) -> tuple[int | None, int | None, str | None]:
+def wall_step(ends: Sequence[RootEnd]) -> tuple[int | None, int | None, str | None]:
     """How far the controller's wall clock stepped between the root spans ``ends`` (one row's,
     ended) and the row's duration on its monotonic clock (both ``None`` without a step), and why
     the duration is unknown, if it is (``_disagree``). Where every root carries its monotonic
@@ -37,7 +36,7 @@ def wall_step(ends: Sequence[CoordinateFinished]) -> tuple[int | None, int | Non
     read on that clock, a wall clock stepped forward or back between them left out. Was: a clock
     stepped forward an hour between a prepare and its commit, every root in order and every
     answer inside its call, made the checkpoint "3600073.0 ms" (73.0 ms on true clocks)."""
-    if len(ends) < 2 or len({process_of(f) for f in ends}) > 1:
+    if len(ends) < 2 or len({(f.kind, f.instance, f.worker) for f in ends}) > 1:
         return None, None, _disagree(ends)
     # (monotonic start, monotonic end, wall-clock offset) of each root, in the order they ran.
     timed = sorted(
@@ -53,7 +52,7 @@ def wall_step(ends: Sequence[CoordinateFinished]) -> tuple[int | None, int | Non
     return stepped, max(end for _, end, _ in timed) - timed[0][0], None
 
 
-def _disagree(ends: Sequence[CoordinateFinished]) -> str | None:
+def _disagree(ends: Sequence[RootEnd]) -> str | None:
     """Why a row's duration is unknown, if it is: it spans several root spans (a bare
     coordinator's prepare, commit and resume), each stamped on the wall clock when it began, and
     their stamps disagree. A single root's duration is its own (its end is its start plus a

@@ -323,7 +323,7 @@ def test_a_span_that_failed_keeps_its_error_in_words_and_marks_its_parent() -> N
     said = "prepare failed on agent/agent-0 (WorkError: upstream went away)"
     assert causes.errors == [SpanError(20, 0, 2, "agent/agent-0", "prepare", said, [])]
     assert set(causes.first_failed_below) == {1}
-    assert causes.stops == []
+    assert not causes.stops
 
 
 def test_a_prepare_not_prepared_is_a_stop_and_a_failure_below_its_parent() -> None:
@@ -334,7 +334,7 @@ def test_a_prepare_not_prepared_is_a_stop_and_a_failure_below_its_parent() -> No
     causes.span_failed(stopped, 45)
     assert causes.stops == ["prepare stopped at stage ?, not prepared"]
     assert set(causes.first_failed_below) == {1}
-    assert causes.errors == []
+    assert not causes.errors
 
 
 def test_a_stage_error_counts_as_the_prepare_it_belongs_to() -> None:
