@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sysconfig
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
+
+from ckpt_events.participants import ports
 
 from .load import listening, spawn, stop_process
 
@@ -111,15 +112,9 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 a moment ago (each stays bound until all
-    are chosen: two calls of ``free_port()`` in a row may return one port twice)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [
-            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)
-        ]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+    """``count`` distinct TCP ports free on 127.0.0.1 a moment ago, below the ephemeral range
+    (``participants.ports``: the collector cannot be handed a bound socket)."""
+    return ports.free_ports(count)
 
 
 #: Starts tried before ``collector`` gives up on an agent that exits: a port chosen free may be

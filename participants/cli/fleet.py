@@ -25,6 +25,7 @@ import uvicorn
 
 from ckpt_events.participants.errors import LaunchError, shown
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan
+from ckpt_events.participants.ports import free_ports
 from ckpt_events.participants.server.limits import log_shutdown_cuts_in_one_line, server_limits
 from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
 
@@ -61,10 +62,9 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port that was free a moment ago, below the ephemeral range (``participants.ports``)."""
+    (port,) = free_ports(1, host)
+    return port
 
 
 def _bound_socket(host: str) -> socket.socket:
