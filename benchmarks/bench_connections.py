@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from ckpt_events.benchmarks import report
 from ckpt_events.benchmarks.load import spawn
+from ckpt_events.participants.ports import free_ports
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "connections.json"
 TOKEN: Final = "bench-connections"
@@ -61,15 +62,9 @@ def _serve(mode: str, port: int, root: str) -> None:
     uvicorn.Server(config).run()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _participant(mode: str) -> Iterator[int]:
-    port = _free_port()
+    (port,) = free_ports(1)
     with tempfile.TemporaryDirectory() as root:
         argv = [sys.executable, "-m", "ckpt_events.benchmarks.bench_connections", "--serve", mode]
         child = spawn([*argv, "--port", str(port), "--root", root], stdin=subprocess.DEVNULL)

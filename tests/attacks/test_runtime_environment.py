@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from ckpt_events import Bus, Telemetry, sinks
+from ckpt_events.participants.cli.fleet import free_port
 from ckpt_events.sinks import JsonLinesSink
 from tests.http_servers import serving
 
@@ -189,16 +190,10 @@ def test_the_export_process_out_of_descriptors_is_said_as_such(tmp_path: Path) -
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _status_while_holding(ulimit: str, held: int) -> tuple[str, str]:
     """Start ``serve`` under ``ulimit``, hold ``held`` idle connections, then ask ``/status`` on
     a new one: its answer (or the error), and what the server said on stderr."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(_ROOT), "CKPT_EVENTS_TOKEN": "t" * 32}
     command = [
         sys.executable,

@@ -7,7 +7,6 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_events import OperationFinished
+from ckpt_events.participants.cli.fleet import free_port
 from ckpt_events.sinks import read_events
 from tests.readme_pages import DOCS, ROOT, blocks
 
@@ -34,12 +34,6 @@ GRACEFUL_TIMEOUT = 10.0  # the example's gunicorn.conf.py
 def _block(first_line: str) -> str:
     (code,) = [b.code for b in blocks(DOCS / "library.md", "python") if b.code.startswith(first_line)]
     return code
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float) -> int:
@@ -78,7 +72,7 @@ def test_gunicorn_sync_workers_log_every_request_and_stop_on_sigterm(tmp_path: P
     exits 0 well within graceful_timeout, its workers gone."""
     (tmp_path / "wsgi_app.py").write_text(_block("# wsgi_app.py"))
     (tmp_path / "gunicorn.conf.py").write_text(_block("# gunicorn.conf.py"))
-    port = _free_port()
+    port = free_port()
     command = ["-c", "gunicorn.conf.py", "-b", f"127.0.0.1:{port}", "wsgi_app:app"]
     workers: list[int] = []
     proc = subprocess.Popen(

@@ -4,7 +4,6 @@ exemplar storage and a temporary TSDB, queried over its HTTP API; skips where no
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from ckpt_events.benchmarks.load import stop_process
+from ckpt_events.participants.cli.fleet import free_port
 
 READY_SECONDS = 30.0
 
@@ -34,12 +34,6 @@ def promtool_binary() -> str:
     if found is None:
         pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Prometheus:
@@ -78,7 +72,7 @@ def running_prometheus(
 ) -> Iterator[Prometheus]:
     """Prometheus scraping ``targets`` (host:port) every second, evaluating ``rule_files``."""
     binary = prometheus_binary()
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "prometheus.yml"
     rules = "".join(f"\n  - {path}" for path in rule_files)
     listed = ", ".join(f"'{t}'" for t in targets)
