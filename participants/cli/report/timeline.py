@@ -48,10 +48,10 @@ __all__ = [
     "summed_over",
 ]
 
-#: Operations and steps shown per participant, in the order a checkpoint runs them.
-#: The user's own operations and steps a breakdown shows as columns (the longest); the rest are
-#: summed in one ``+N more steps`` column (``fold_columns``).
+#: The user's own steps a breakdown shows as columns (the longest); the rest are summed in one
+#: ``+N more steps`` column (``fold_columns``).
 OWN_COLUMNS: Final = 12
+#: Operations and steps shown per participant, in the order a checkpoint runs them.
 BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
     str(name)
     for name in (
