@@ -309,7 +309,9 @@ def instrument(
     * ``bus``: a bus the caller has started and will close (the ``Telemetry``'s): the lifespan
       then neither enters, configures nor closes it.
     * ``shutdown_timeout`` bounds the sinks' close (``configure_options``' sinks, or what
-      ``configure_sinks`` returned) and the drain of a bus made here, each (seconds).
+      ``configure_sinks`` returned) and the drain of a bus made here, each (seconds). The
+      sinks configured here close by that deadline and say why; a handle whose close hangs
+      past it is given up on 2 s later (the grace of that close), in one line.
 
     A second call on the same app, or a call once its middleware stack is built (it has
     served), raises ``ConfigurationError`` (and changes nothing); bad arguments raise

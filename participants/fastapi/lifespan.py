@@ -48,6 +48,12 @@ STATE_ATTRIBUTE: Final = "ckpt_events"
 SCOPE_KEY: Final = "ckpt_events.arrival"
 #: The bus's and the sinks' shutdown deadline (seconds), each.
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+#: Seconds the lifespan waits for the sinks' handle past ``shutdown_timeout``, which is also the
+#: handle's own close deadline (``Configured.close_timeout``): ``Configured`` ends its exports
+#: in flight and shuts its meter provider down after that deadline (at most a second each).
+#: Giving up at the same moment said "did not close ... given up on" after every hung
+#: collector's close, which ended by itself 0.2 s later, having said its own cause.
+_CLOSE_GRACE_S: Final = 2.0
 #: An instrumented app's lifespan entered in one task and left in another.
 LIFESPAN_LEFT_IN_ANOTHER_TASK: Final = (
     "the instrumented app's lifespan was entered in one task and left in another, as "
@@ -105,7 +111,8 @@ class Instrumented:
     async def running(self) -> AsyncIterator[None]:
         """The telemetry's lifetime around the app's: enter the bus and configure the sinks
         (when this owns the bus), run the loop-lag monitor; on exit stop it, close the sinks'
-        handle and drain the bus, each within ``shutdown_timeout``.
+        handle and drain the bus, each within ``shutdown_timeout`` (the handle is given up on
+        ``_CLOSE_GRACE_S`` past it, so that one ending by that same deadline ends and says why).
 
         What the app's own lifespan raises comes out as it was raised (the monitor's task
         group is left before it is re-raised, so it is never wrapped in an ``ExceptionGroup``).
@@ -207,14 +214,17 @@ class Instrumented:
 
     async def _close_within(self, handle: Any) -> None:
         """``handle.aclose()`` (what configuring the sinks returned), given up on past
-        ``shutdown_timeout`` seconds, as the bus's own drain is."""
-        with anyio.move_on_after(self.shutdown_timeout) as scope:
+        ``shutdown_timeout`` seconds and a grace of ``_CLOSE_GRACE_S`` for a handle that ends
+        by its own deadline of ``shutdown_timeout`` (``Configured``) to end and say why."""
+        with anyio.move_on_after(self.shutdown_timeout + _CLOSE_GRACE_S) as scope:
             await handle.aclose()
         if scope.cancelled_caught:
             logger.warning(
-                "the sinks' handle (%s) did not close within shutdown_timeout=%g s; given up on",
+                "the sinks' handle (%s) did not close within shutdown_timeout=%g s (and %g s of "
+                "grace); given up on",
                 type(handle).__name__,
                 self.shutdown_timeout,
+                _CLOSE_GRACE_S,
             )
 
     def _lifespan_missing(self, outer: Instrumented | None = None) -> None:
