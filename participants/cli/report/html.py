@@ -188,16 +188,45 @@ def _span_row(
 def _critical_marks(
     sections: Sequence[Section[Span]], y_of: Mapping[int, int], x: Callable[[int], float]
 ) -> list[str]:
-    """The critical path as Jaeger draws it: a dark line over the stretch each span held it."""
-    out = []
+    """The critical path as Jaeger draws it: a dark line over the stretch each span held it.
+    Stretches of one row that share a pixel column are one mark over their union, its
+    ``data-count`` how many (when more than one) and its ``<title>`` the longest: at most one
+    mark per column (a prepare calling 5,000 participants in turn drew 5,001 marks of 0.5 px on
+    one row, 395 kB of SVG)."""
+    rows: dict[int, list[tuple[int, int, int]]] = {}
     for section in sections:
         row_y = y_of.get(section.span.span_id)
         if row_y is not None and section.end_ns > section.start_ns:
-            out.append(
-                f'<rect class="critical" x="{x(section.start_ns):.1f}" y="{row_y + 9}" '
-                f'width="{max(0.5, x(section.end_ns) - x(section.start_ns)):.1f}" height="2" '
-                f'fill="{_CRITICAL}"/>'
+            # In tenths of a pixel, as drawn, so that which column a mark reaches is exact.
+            left = round(x(section.start_ns) * 10)
+            width = max(5, round((x(section.end_ns) - x(section.start_ns)) * 10))
+            rows.setdefault(row_y, []).append((left, left + width, section.end_ns - section.start_ns))
+    out = []
+    for row_y, marks in rows.items():
+        for left, right, count, longest_ns in _merged(marks):
+            mark = (
+                f'x="{left / 10:.1f}" y="{row_y + 9}" width="{(right - left) / 10:.1f}" height="2" '
+                f'fill="{_CRITICAL}"'
             )
+            if count == 1:
+                out.append(f'<rect class="critical" {mark}/>')
+            else:
+                tip = f"critical path: {count:,} stretches merged, the longest {longest_ns / 1e6:.2f} ms"
+                out.append(f'<rect class="critical" data-count="{count}" {mark}><title>{tip}</title></rect>')
+    return out
+
+
+def _merged(marks: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """``marks`` (left, right in tenths of a pixel, nanoseconds) of one row as the union of those
+    that share a pixel column: (left, right, how many, longest ns), no two sharing a column."""
+    out: list[tuple[int, int, int, int]] = []
+    for left, right, ns in sorted(marks):
+        # Columns left // 10 to (right - 1) // 10: shared when this one starts in the last one's.
+        if out and left // 10 <= (out[-1][1] - 1) // 10:
+            first, last, count, longest = out[-1]
+            out[-1] = (first, max(last, right), count + 1, max(longest, ns))
+        else:
+            out.append((left, right, 1, ns))
     return out
 
 
