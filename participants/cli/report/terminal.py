@@ -34,7 +34,7 @@ from ckpt_events.participants.cli.report.timeline import (
     breakdown,
     breakdown_columns,
     counts,
-    known_sum,
+    shown_rows,
 )
 from ckpt_events.participants.cli.text import escape, short_id
 from ckpt_events.participants.cli.words import counted, milliseconds
@@ -47,9 +47,6 @@ __all__ = ["COLOURS", "render", "render_attribution", "render_operations", "rend
 #: uses the same ones).
 COLOURS: Final = KINDS.palette()
 _CRITICAL = "▶"
-#: Past this many participants the breakdown shows one row per kind (its longest instance).
-_FLEET = 8
-_FOLDED = " (longest)"
 
 
 def render(
@@ -147,40 +144,8 @@ def render_attribution(console: Console, label: str, attribution: Attribution | 
         console.print(Text("  " + escape(parts), style="dim"))
 
 
-def _per_kind(rows: list[Breakdown]) -> list[Breakdown]:
-    """A wide fleet's breakdown as one row per kind: each column's longest instance (``ms``),
-    records and bytes summed; the instance field says how many were folded."""
-    kinds: dict[str, list[Breakdown]] = {}
-    for row in rows:
-        kinds.setdefault(row.kind, []).append(row)
-    out = []
-    for kind, members in kinds.items():
-        ms: dict[str, float] = {}
-        for row in members:
-            for column, value in row.ms.items():
-                ms[column] = max(value, ms.get(column, 0.0))
-        # The longest instance is unknown where one instance's duration is.
-        unknown: set[str] = set().union(*(row.unknown for row in members))
-        for column in unknown:
-            ms.pop(column, None)
-        instances = len({row.instance for row in members})
-        out.append(
-            Breakdown(
-                kind,
-                f"x{instances}{_FOLDED}",
-                ms,
-                known_sum(r.records for r in members),
-                known_sum(r.bytes for r in members),
-                sum(r.errors for r in members),
-                unknown=unknown,
-            )
-        )
-    return out
-
-
 def _breakdown_table(rows: list[Breakdown], width: int, colours: Mapping[str, str]) -> Table:
-    if len({(r.kind, r.instance) for r in rows}) > _FLEET:
-        rows = _per_kind(rows)
+    rows = shown_rows(rows)
     columns = breakdown_columns(rows)
     wide = 27 + sum(max(len(c), 8) + 3 for c in columns) + 2 * 20
     if wide <= width:
@@ -227,7 +192,7 @@ def _who(row: Breakdown) -> str:
     # A worker's row sits right under its participant's (breakdown() orders them so).
     kind, instance = escape(row.kind), escape(row.instance)
     who = f"{kind}/{instance}" if row.worker is None else f"  └ worker {escape(row.worker)}"
-    if row.instance.endswith(_FOLDED):
+    if row.folded:
         who = f"{kind} {instance}"
     return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
 

@@ -41,6 +41,9 @@ __all__ = [
     "breakdown",
     "breakdown_columns",
     "fold_columns",
+    "FLEET",
+    "per_kind",
+    "shown_rows",
     "count",
     "counts",
     "settle",
@@ -51,6 +54,9 @@ __all__ = [
 #: The user's own steps a breakdown shows as columns (the longest); the rest are summed in one
 #: ``+N more steps`` column (``fold_columns``).
 OWN_COLUMNS: Final = 12
+#: Past this many participants the breakdown shows one row per kind (its longest instance), in
+#: the terminal and on the page alike (``shown_rows``).
+FLEET: Final = 8
 #: Operations and steps shown per participant, in the order a checkpoint runs them.
 BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
     str(name)
@@ -92,6 +98,8 @@ class Breakdown:
     #: Operations and steps of unknown duration (the process's clock went back during one):
     #: absent from ``ms``, never a made-up number.
     unknown: set[str] = field(default_factory=set)
+    #: How many participants a row of ``per_kind`` stands for (0: one participant's own row).
+    folded: int = 0
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
@@ -159,6 +167,45 @@ def fold_columns(rows: list[Breakdown], shown: int = OWN_COLUMNS) -> list[Breakd
             row.unknown.add(folded)
             del row.ms[folded]
     return rows
+
+
+def shown_rows(rows: list[Breakdown]) -> list[Breakdown]:
+    """``rows`` as a report shows them: past ``FLEET`` participants, one row per kind
+    (``per_kind``), else as they are."""
+    return per_kind(rows) if len({(r.kind, r.instance) for r in rows}) > FLEET else rows
+
+
+def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
+    """A wide fleet's breakdown as one row per kind: each column's longest instance (``ms``),
+    records and bytes summed; ``folded`` and the instance field (``x5000 (longest)``) say how
+    many participants were folded."""
+    kinds: dict[str, list[Breakdown]] = {}
+    for row in rows:
+        kinds.setdefault(row.kind, []).append(row)
+    out = []
+    for kind, members in kinds.items():
+        ms: dict[str, float] = {}
+        for row in members:
+            for column, value in row.ms.items():
+                ms[column] = max(value, ms.get(column, 0.0))
+        # The longest instance is unknown where one instance's duration is.
+        unknown: set[str] = set().union(*(row.unknown for row in members))
+        for column in unknown:
+            ms.pop(column, None)
+        instances = len({row.instance for row in members})
+        out.append(
+            Breakdown(
+                kind,
+                f"x{instances} (longest)",
+                ms,
+                known_sum(r.records for r in members),
+                known_sum(r.bytes for r in members),
+                sum(r.errors for r in members),
+                unknown=unknown,
+                folded=instances,
+            )
+        )
+    return out
 
 
 def known_sum(values: Iterable[int | None]) -> int | None:
