@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 
 if TYPE_CHECKING:
     from ckpt_events import CkptEventsError
@@ -259,10 +259,10 @@ def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     name = f"ckpt-events{'' if command is None else ' ' + command}"
     if not isinstance(exc, Interrupted):
-        print(f"{name}: interrupted", file=sys.stderr)
+        say(f"{name}: interrupted")
         return 130  # 128 + SIGINT, as a shell reports it
     cut = "" if exc.cut is None else f"; a second signal forced the exit: {escape(exc.cut)}"
-    print(f"{name}: interrupted{cut}", file=sys.stderr)
+    say(f"{name}: interrupted{cut}")
     return 128 + exc.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports it
 
 
@@ -274,7 +274,7 @@ def _in_main_thread() -> bool:
 
 def _failed(command: str, exc: CkptEventsError | CommandLineError) -> int:
     # One line, inert: a message may carry a log's strings (a checkpoint id, an instance name).
-    print(f"ckpt-events {command}: error: {escape(exc)}", file=sys.stderr)
+    say(f"ckpt-events {command}: error: {escape(exc)}")
     return 2
 
 
@@ -320,10 +320,9 @@ def _missing_extra(exc: ModuleNotFoundError) -> bool:
 def _needs_extra(command: Command, exc: ModuleNotFoundError) -> int:
     top = (exc.name or "").partition(".")[0]
     extra = command.extra if top in EXTRA_MODULES.get(command.extra, ()) else "cli"
-    print(
+    say(
         f"ckpt-events {command.name}: error: {exc.name!r} is not installed: this command needs the "
         f"{extra} extra: pip install 'ckpt-events[{extra}]'",
-        file=sys.stderr,
     )
     return 2
 

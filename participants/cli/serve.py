@@ -15,7 +15,6 @@ import functools
 import math
 import os
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -43,7 +42,7 @@ from ckpt_events.participants.cli.startup import (
     inherited_socket,
     raise_descriptor_limit,
 )
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.vocab import resolve_span_groups
@@ -336,7 +335,7 @@ def _configure_sinks(
     configured.close_timeout = SHUTDOWN_TIMEOUT
     if announce_metrics and configured.prometheus is not None and configured.settings.prometheus_port == 0:
         # Port 0 (any free port, as the taken-worker-port error suggests): said nowhere else.
-        print(f"ckpt-events serve: metrics at {configured.prometheus.url}", file=sys.stderr, flush=True)
+        say(f"ckpt-events serve: metrics at {configured.prometheus.url}")
     if close_predecessor and configured.jsonl_sink is not None and configured.jsonl_sink.path is not None:
         _close_predecessors_work(bus, configured.jsonl_sink.path)
     return configured
@@ -352,16 +351,14 @@ def _close_predecessors_work(bus: Any, path: Path) -> None:
     try:
         closed = emit_truncated_spans(bus, path)
     except OSError as exc:
-        print(
+        say(
             f"ckpt-events serve: cannot read {shown(str(path))} for open work: {exc.strerror or exc}",
-            file=sys.stderr,
         )
         return
     if closed:
-        print(
+        say(
             f"ckpt-events serve: {closed} span(s) a previous server left open in {shown(str(path))} "
             "closed as truncated",
-            file=sys.stderr,
         )
 
 
@@ -398,11 +395,10 @@ async def _check_settings(require_collector: bool, workers: int = 1) -> None:
                 own = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
                 source = own if os.environ.get(own, "").strip() else "OTEL_EXPORTER_OTLP_ENDPOINT"
                 raise CommandError(f"--require-collector: ${source}: {exc}") from None
-            print(
+            say(
                 f"ckpt-events serve: the collector at {endpoint} does not answer (yet): serving "
                 "anyway, spans are exported once it does (dropped and counted until then; "
                 "--require-collector refuses to start instead)",
-                file=sys.stderr,
             )
     async with Bus(close_timeout=SHUTDOWN_TIMEOUT) as bus:
         await _configure_sinks(bus).aclose()
@@ -507,7 +503,7 @@ def _run_server(
         # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.
         cause = escape(str(fatal).removesuffix("; stopping the server"))
         # The cause says where to look (the worker's own error, or what killed it).
-        print(f"ckpt-events serve: error: {cause}; stopped: fix it, then start serve again", file=sys.stderr)
+        say(f"ckpt-events serve: error: {cause}; stopped: fix it, then start serve again")
         return 1
     return 0 if server.started else 1
 

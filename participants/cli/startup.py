@@ -15,11 +15,11 @@ import os
 import resource
 import socket
 import stat
-import sys
 from typing import Any, Final
 
 from ckpt_events import ConfigurationError
 from ckpt_events.participants.cli.command import CommandError
+from ckpt_events.participants.cli.text import say
 from ckpt_events.participants.errors import shown
 
 __all__ = [
@@ -269,9 +269,8 @@ def raise_descriptor_limit(connections: int) -> None:
     if target > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     if target < need:
-        print(
+        say(
             f"ckpt-events serve: warning: the open-file limit is {target}, under the {need} that "
             f"{connections} connections need: past that, new connections are reset without a "
             f"word; raise it (ulimit -n {need})",
-            file=sys.stderr,
         )

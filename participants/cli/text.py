@@ -14,11 +14,12 @@ markup (``[link=...]`` writes an OSC 8 hyperlink), so renderers hand rich a ``Te
 from __future__ import annotations
 
 import html
+import sys
 from typing import Final
 
 from ckpt_events.checks import escape
 
-__all__ = ["escape", "escape_html", "short_id"]
+__all__ = ["escape", "escape_html", "say", "short_id"]
 
 #: A checkpoint id longer than this is shown cut (its start, ``...``, its end, its length).
 _WHOLE_ID: Final = 80
@@ -43,3 +44,12 @@ def escape_html(text: object) -> str:
     """``escape(text)`` for HTML and SVG text and attribute values (``html.escape`` with quotes):
     well-formed XML, since no control character but the shown escape is left."""
     return html.escape(escape(text), quote=True)
+
+
+def say(line: str) -> None:
+    """``line`` on stderr with its newline in one write, flushed. A server and its workers share
+    stderr, and ``print`` writes a line and its newline apart (stderr is unbuffered): another
+    process's line landed between them ("worker 0: interruptedworker 0 lost: connection
+    ended", a clean-clone CI run)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

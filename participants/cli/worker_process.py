@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ckpt_events.participants.cli.losses import SinkLosses
+from ckpt_events.participants.cli.text import say
 
 if TYPE_CHECKING:
     from ckpt_events import Bus
@@ -103,18 +104,14 @@ async def _serve_work(
     handle = sinks.configure(bus)
     try:
         if moved is not None and handle.prometheus is not None:
-            print(
+            say(
                 f"ckpt-events serve: worker {index}: {moved}: its metrics are at "
                 f"{handle.prometheus.url} instead",
-                file=sys.stderr,
-                flush=True,
             )
         elif handle.prometheus is not None and handle.settings.prometheus_port == 0:
             # Port 0 asked for (any free port): the port chosen is said nowhere else.
-            print(
+            say(
                 f"ckpt-events serve: worker {index}: metrics at {handle.prometheus.url}",
-                file=sys.stderr,
-                flush=True,
             )
         if handle.jsonl_sink is not None and handle.jsonl_sink.path is not None:
             # A worker started again on its predecessor's log ends what that one left open.
@@ -219,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
 
         cut = exc.cut if isinstance(exc, Interrupted) else None
         said = "" if cut is None else f"; a second signal forced the exit: {escape(cut)}"
-        print(f"ckpt-events serve: worker {index}: interrupted{said}", file=sys.stderr, flush=True)
+        say(f"ckpt-events serve: worker {index}: interrupted{said}")
         return 128 + exc.signum if isinstance(exc, Interrupted) else 130  # as a shell reports it
     except (CkptEventsError, OSError, BaseExceptionGroup) as exc:
         causes = _leaves(exc)
         if not all(isinstance(c, CkptEventsError | OSError) for c in causes):
             raise
         why = "; ".join(dict.fromkeys(_said(c) for c in causes))
-        print(f"ckpt-events serve: worker {index}: {why}", file=sys.stderr, flush=True)
+        say(f"ckpt-events serve: worker {index}: {why}")
         return 1
     return 128 + _TERMINATED[0] if _TERMINATED else 0
 
