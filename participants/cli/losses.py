@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Any
 
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 
 __all__ = ["SinkLosses"]
 
@@ -31,7 +30,7 @@ class SinkLosses:
             for line in self.lines():
                 # stderr's reader gone (``2>&1 | head``): nowhere to say it, and the stop goes on.
                 with contextlib.suppress(OSError):
-                    print(line, file=sys.stderr, flush=True)
+                    say(line)  # one write: a server and its workers share stderr
 
     def lines(self) -> list[str]:
         """One line per sink that lost events: how many of how many, and why."""
