@@ -411,25 +411,33 @@ class Trends:
         return out
 
     def _stragglers(self) -> list[str]:
-        out = []
+        out: list[str] = []
         for kind, places in sorted(self.places.items()):
             total, fewest = self.checkpoints_of_kind[kind], self.fewest_of_kind[kind]
             if total < MIN_CHECKPOINTS:
                 continue
-            named: set[str] = set()
             # Two servers slowed alike among 16 take turns at the top (5 and 3 of 8): judged as
             # the slowest alone, neither was named. Among the r slowest, each is, while r stays
             # under half the kind, so the others' median is still the healthy level.
-            for r in range(1, max(1, (fewest - 1) // 2) + 1):
-                for who in sorted(places):
-                    wins = sum(1 for place in places[who] if place <= r)
-                    if who in named or wins * 3 <= total * 2:
+            top = max(1, (fewest - 1) // 2)
+            found: list[tuple[int, str, str]] = []
+            for who, held in places.items():
+                # Named at the least r that passes. Its count of places <= r changes only at its
+                # own places, and at one count the tail only grows with r (the gap test reads no
+                # r): so only its places are tried, not every r for every participant (2,000
+                # participants over 3 checkpoints: 6.7 s, quadratic in the fleet).
+                ranked = sorted(place for place in held if place <= top)
+                for wins, r in enumerate(ranked, 1):
+                    if wins < len(ranked) and ranked[wins] == r:
+                        continue  # the count at r takes every place equal to it
+                    if wins * 3 <= total * 2:
                         continue
                     if binomial_tail(wins, total, r / fewest) >= STRAGGLER_CHANCE:
                         continue
                     if (line := self._straggler(kind, who, wins, total, r)) is not None:
-                        named.add(who)
-                        out.append(line)
+                        found.append((r, who, line))
+                    break  # named here, or never: the gap test reads neither r nor the count
+            out.extend(line for _, _, line in sorted(found))
         return out
 
     def _straggler(self, kind: str, who: str, wins: int, total: int, r: int) -> str | None:
