@@ -76,6 +76,11 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             with super().capture_signals():
                 with self._hangup_as_terminate():
                     yield
+                if self._cut and self._cut_requests is None:
+                    # Forced, and serve() ended before the loop ran the cancellation the signal
+                    # handler scheduled: made here, on the loop's thread (the signal uvicorn took
+                    # was raised again, a KeyboardInterrupt past this line, in a clean-clone run).
+                    self._cancel_running()
                 if self._cut_requests is not None:
                     # Raised here, so uvicorn does not raise the signals it took again: after a
                     # SIGTERM, the forcing SIGINT went to asyncio's handler (which only cancels)
