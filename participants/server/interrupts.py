@@ -76,10 +76,10 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             with super().capture_signals():
                 with self._hangup_as_terminate():
                     yield
-                if self._cut and self._cut_requests is None:
-                    # Forced, and serve() ended before the loop ran the cancellation the signal
-                    # handler scheduled: made here, on the loop's thread (the signal uvicorn took
-                    # was raised again, a KeyboardInterrupt past this line, in a clean-clone run).
+                if self._cut:
+                    # Forced: serve() may end before the loop runs the cancellation the signal
+                    # handler scheduled (the signal uvicorn took was then raised again, a
+                    # KeyboardInterrupt past this line, in a clean-clone run); made here if so.
                     self._cancel_running()
                 if self._cut_requests is not None:
                     # Raised here, so uvicorn does not raise the signals it took again: after a
@@ -130,6 +130,8 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                 loop.call_soon_threadsafe(self._cancel_running)
 
         def _cancel_running(self) -> None:
+            if self._cut_requests is not None:
+                return  # made already: as serve() left, or by the loop before that
             running = [task for task in self.server_state.tasks if not task.done()]
             named = _requests_in_flight(self.server_state.connections)
             self._cut_requests = (named + [""] * len(running))[: max(len(running), len(named))]
