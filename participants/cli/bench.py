@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from ckpt_events.participants.cli import bench_app
 from ckpt_events.participants.cli.command import Command, given_path
 from ckpt_events.participants.cli.command import sigterm_as_interrupt as _sigterm_as_interrupt
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.errors import CommandError
 from ckpt_events.participants.writable import unwritable
@@ -101,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     failed: dict[str, str] = {}
     for name in chosen:
         module = importlib.import_module(f"ckpt_events.benchmarks.bench_{name}")
-        print(f"running {name} benchmarks...", file=sys.stderr)
+        say(f"running {name} benchmarks...")
         try:
             result = module.run(quick=args.quick)
         except Exception as exc:
@@ -109,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
             # and the figures of the suites already run were lost. One line; the others go on.
             why = escape(clipped(str(exc) or type(exc).__name__, 300))
             failed[name] = why
-            print(f"ckpt-events bench: suite {name} failed: {why}", file=sys.stderr)
+            say(f"ckpt-events bench: suite {name} failed: {why}")
             continue
         rows.extend(result.pop("rows"))
         figures[name] = result

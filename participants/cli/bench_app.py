@@ -11,11 +11,11 @@ import importlib
 import json
 import resource
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, Final
 
 from ckpt_events.benchmarks.app_choices import DRIVERS, MAX_CONNECTIONS, SINKS
+from ckpt_events.participants.cli.text import say
 from ckpt_events.participants.errors import CommandError, shown
 
 __all__ = ["add_arguments", "run"]
@@ -187,11 +187,11 @@ def run(args: argparse.Namespace) -> int:
         connections=args.connections,
         driver=driver,
     )
-    print(f"measuring {bench.app} ({bench.request}), telemetry off and on...", file=sys.stderr)
+    say(f"measuring {bench.app} ({bench.request}), telemetry off and on...")
     try:
         figures = bench_app.run(bench)
     except bench_app.BenchAppError as exc:
-        print(f"ckpt-events bench: {exc}", file=sys.stderr)
+        say(f"ckpt-events bench: {exc}")
         return 1
     bench_app.print_report(bench, figures, args.json)
     print(f"figures written to {args.json}")

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from ckpt_events.participants.cli.text import say
 from ckpt_events.participants.errors import CommandError, Interrupted, shown
 from ckpt_events.participants.writable import unwritable
 from ckpt_events.vocab import SAFE_NAME
@@ -149,7 +150,7 @@ def load_events(paths: Sequence[Path]) -> list[Any]:
 
     events, problems = read_logs(paths, list)
     for line in problems.summary():
-        print(line, file=sys.stderr)
+        say(line)
     return events
 
 

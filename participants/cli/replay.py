@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +26,7 @@ from ckpt_events.participants.cli.command import (
     otel_environ,
     otlp_base_url,
 )
+from ckpt_events.participants.cli.text import say
 from ckpt_events.participants.cli.words import clipped, counted
 from ckpt_events.participants.errors import shown
 
@@ -124,7 +124,7 @@ async def _replay_async(args: argparse.Namespace) -> int:
                 await configured.aclose()
                 quiet.setLevel(level)
     for line in problems.summary():
-        print(line, file=sys.stderr)
+        say(line)
     if problems.events == 0:
         raise CommandError(nothing_read(args.logs, paths, problems))
     failure = _sink_failure(bus.stats(), raised)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, given_path
-from ckpt_events.participants.cli.text import escape, short_id
+from ckpt_events.participants.cli.text import escape, say, short_id
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import shown
 
@@ -91,24 +90,22 @@ def _report(args: argparse.Namespace) -> int:
             ended=problems.ended,
         )
     for line in problems.summary():
-        print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
+        say(escape(line))  # names processes, files and values from the logs
     if problems.ended_dropped:  # the report alone folds them: said here, not by diff or replay
-        print(
+        say(
             f"{counted(problems.ended_dropped, 'more span')} than the {ENDED_KEPT:,} held at once ended "
             "in lines this version cannot read, with no event it reads between them: such a span "
             "shown open may have ended (read the logs with the version of ckpt-events that wrote them)",
-            file=sys.stderr,
         )
     if run.ended_let_go:
-        print(
+        say(
             f"{counted(run.ended_let_go, 'more span')} than the {ENDED_WAITING:,} kept waiting ended in "
             "lines this version cannot read before their start was read: such a span shown open may have "
             "ended (read the logs with the version of ckpt-events that wrote them)",
-            file=sys.stderr,
         )
     if any(row.outcome == OPEN for row in run.rows):
         for line in cut:  # why "no answer in the logs given", not "never answered"
-            print(escape(line), file=sys.stderr)
+            say(escape(line))
     if not run.count:
         raise CommandError(nothing_read(args.logs, paths, problems))
     out = console()
@@ -130,11 +127,10 @@ def _report(args: argparse.Namespace) -> int:
         # is drawn, the logs streamed again, never listed (1.2M lines listed took 590 MiB).
         whole = run.whole()
         # Said, not left to be guessed from a page headed by the last trace alone.
-        print(
+        say(
             "no controller's coordination in these logs, from which checkpoints are named: shown are "
             "every participant's totals, each operation's and step's figures and the last trace; pass "
             "the controller's log too for each checkpoint and restore",
-            file=sys.stderr,
         )
         render(
             out,
@@ -146,10 +142,10 @@ def _report(args: argparse.Namespace) -> int:
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")
         if (note := not_detailed_line(run)) is not None:
-            print(note, file=sys.stderr)
+            say(note)
     reused = reused_id_line(run, rows) if args.checkpoint is not None else None
     if reused is not None:
-        print(reused, file=sys.stderr)
+        say(reused)
     numbers = {id(r): n for n, r in enumerate(run.rows, 1)}
     details = run.details(rows)
     for row in rows:

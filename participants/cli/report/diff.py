@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import TYPE_CHECKING, Final
 
 from ckpt_events.participants.cli.command import Command, CommandError, console, positive_number
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.errors import shown
 
@@ -103,7 +102,7 @@ def _read(spec: str) -> Durations:
     # A log that went back in time is read again exactly: its copies in the others count once.
     found, problems = read_logs(paths, durations)
     for line in problems.summary():
-        print(escape(line), file=sys.stderr)  # names processes, files and values from the logs
+        say(escape(line))  # names processes, files and values from the logs
     if not found:
         raise CommandError(f"{spec} holds no checkpoint spans ({counted(len(paths), 'file')} read)")
     return found
@@ -143,10 +142,9 @@ def _diff(args: argparse.Namespace) -> int:
         )
     if not rows and shared and args.fail_above is None:
         # An empty table said nothing of why: every median in both runs under --min-ms.
-        print(
+        say(
             f"nothing compared: each operation and step in both runs ({len(shared):,}) has its "
             f"medians under --min-ms {args.min_ms:g} ms: lower it",
-            file=sys.stderr,
         )
     if args.fail_above is not None and not rows:
         # A gate that compared nothing has not passed (a controller's log against a participant's).
@@ -159,17 +157,15 @@ def _diff(args: argparse.Namespace) -> int:
             f"{_name(r[0])} {r[3]:.2f} -> {r[5]:.2f} ms (n = {r[1]}, {r[2]})" for r in noise[:4]
         )
         more = f" and {len(noise) - 4} more" if len(noise) > 4 else ""
-        print(
+        say(
             f"ignored {counted(len(noise), 'median ratio')} above {args.fail_above:g} as noise (a change "
             f"under {FAIL_FLOOR_MS:g} ms or under the step's jitter): {ignored}{more}",
-            file=sys.stderr,
         )
     if failing:
         (kind, operation, step), *_, ratio, _, _ = failing[0]
-        print(
+        say(
             f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
             f"worst {_name((kind, operation, step))} {ratio:.2f}x",
-            file=sys.stderr,
         )
         return 1
     return 0

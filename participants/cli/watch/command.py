@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -27,7 +26,7 @@ from ckpt_events.participants.cli.command import (
     sigterm_as_interrupt,
 )
 from ckpt_events.participants.cli.serve import ENV_TOKEN
-from ckpt_events.participants.cli.text import escape
+from ckpt_events.participants.cli.text import escape, say
 from ckpt_events.participants.errors import shown
 
 if TYPE_CHECKING:
@@ -287,7 +286,7 @@ def once_status(polls: list[PollResult]) -> int:
             why = escape(result.error or "no answer")
             if result.failure == "unreachable":  # a refusal's, a TLS failure's or a twin's names its fix
                 why += _UNREACHABLE_FIX
-            print(f"ckpt-events watch: {escape(result.url)}: {why}", file=sys.stderr)
+            say(f"ckpt-events watch: {escape(result.url)}: {why}")
             code = max(code, EXIT_REFUSED if result.failure == "refused" else EXIT_UNREACHABLE)
     return code
 
@@ -311,7 +310,7 @@ async def _watch_async(args: argparse.Namespace) -> int:
                 code = once_status([view.polls[url] for url in urls if url in view.polls])
                 for path, why in ({} if follower is None else follower.unreadable).items():
                     # a health check that read nothing of a log it was given has not passed
-                    print(f"ckpt-events watch: {escape(path)}: cannot read ({escape(why)})", file=sys.stderr)
+                    say(f"ckpt-events watch: {escape(path)}: cannot read ({escape(why)})")
                     code = max(code, EXIT_UNREACHABLE)
                 return code
             # until Ctrl-C, reported by main in one line

@@ -4,10 +4,13 @@ lost" came out as one line in a clean-clone CI run."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ckpt_events.participants.cli import text
 
 #: A process that waits for the file ``go`` (10 s at most), then says ``{lines}`` numbered lines
 #: on its stderr, with ``say`` or with ``print``: the writers start together, so they overlap.
@@ -59,3 +62,25 @@ def test_print_is_what_split_them(tmp_path: Path) -> None:
     lines run together, so the test above would see it; up to three tries, since whether two
     writers switch between the two writes is up to the scheduler."""
     assert any(_not_whole(tmp_path, "print", attempt) for attempt in range(3))
+
+
+def _prints_to_stderr(path: Path) -> list[str]:
+    """The ``print(..., file=sys.stderr)`` calls in one source file, as ``file:line``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            if any(k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in node.keywords):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_the_command_line_says_its_stderr_lines(tmp_path: Path) -> None:
+    """Every stderr line of the command line goes through ``say`` (report, diff, replay, watch
+    and bench printed theirs in two writes, as ``serve`` did before its workers' lines ran
+    together). The check reads itself right: a file with such a ``print`` is found."""
+    package = Path(text.__file__).parent
+    found = [hit for path in sorted(package.rglob("*.py")) for hit in _prints_to_stderr(path)]
+    assert found == []
+    sample = tmp_path / "sample.py"
+    sample.write_text('import sys\nprint("x", file=sys.stderr)\nprint("y")\n')
+    assert _prints_to_stderr(sample) == ["sample.py:2"]
