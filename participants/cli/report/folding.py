@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from ckpt_events.participants.cli.report.model import Span
@@ -35,6 +35,8 @@ class Folded:
     median_ms: float
     max_ms: float
     errors: int
+    #: The calls not drawn, by span id (their subtrees hidden with them).
+    span_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -106,6 +108,7 @@ def _level(siblings: list[Span], critical: Collection[int]) -> list[Row]:
             median_ms=statistics.median(s.ms for s in rest),
             max_ms=max(s.ms for s in rest),
             errors=sum(s.error for s in rest),
+            span_ids=frozenset(s.span_id for s in rest),
         )
     out: list[Row] = []
     for s in ordered:

@@ -125,11 +125,13 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
     ]
     out += _legend(36, fills)
     out += _axis(total, height)
+    folded_y: dict[int, int] = {}
     for i, row in enumerate(rows):
         y = _TOP + _ROW * i
         if i % 2:
             out.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW}" fill="#f5f5f5"/>')
         if isinstance(row, Folded):
+            folded_y.update(dict.fromkeys(row.span_ids, y))
             out += _folded(row, y, x, fills)
             continue
         if outside(row, extent):
@@ -142,7 +144,7 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
             continue
         y_of[row.span_id] = y
         out += _span_row(row, by_id.get(row.parent_span_id or -1), y, x, fills, bold=row.span_id in critical)
-    out += _critical_marks(critical_sections, y_of, x)
+    out += _critical_marks(critical_sections, y_of, _under_folded(spans, folded_y), x)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -186,22 +188,60 @@ def _span_row(
     return out
 
 
+def _under_folded(spans: Sequence[Span], folded_y: Mapping[int, int]) -> dict[int, int]:
+    """Each span not drawn because its call was folded (the call and its subtree), by span id:
+    the ``y`` of its group's ``Folded`` row. ``spans`` come parents first."""
+    out = dict(folded_y)
+    for s in spans:
+        if s.span_id not in out and s.parent_span_id is not None and s.parent_span_id in out:
+            out[s.span_id] = out[s.parent_span_id]
+    return out
+
+
 def _critical_marks(
-    sections: Sequence[Section[Span]], y_of: Mapping[int, int], x: Callable[[int], float]
+    sections: Sequence[Section[Span]],
+    y_of: Mapping[int, int],
+    folded_y: Mapping[int, int],
+    x: Callable[[int], float],
 ) -> list[str]:
     """The critical path as Jaeger draws it: a dark line over the stretch each span held it.
-    Stretches of one row that share a pixel column are one mark over their union, its
-    ``data-count`` how many (when more than one) and its ``<title>`` the longest: at most one
-    mark per column (a prepare calling 5,000 participants in turn drew 5,001 marks of 0.5 px on
-    one row, 395 kB of SVG)."""
-    rows: dict[int, list[tuple[int, int, int]]] = {}
-    for section in sections:
-        row_y = y_of.get(section.span.span_id)
-        if row_y is not None and section.end_ns > section.start_ns:
+
+    A folded group's calls hold it on their ``Folded`` row, one stretch from the first to the
+    last; the stretches of a drawn row that only calls of folded groups held the path between
+    are one (a prepare calling 5,000 participants in turn: the controller's row is one mark
+    over its 5,001 stretches, not one per pixel column, 395 kB of SVG then 45 kB at 1,000
+    calls). Stretches of one row that share a pixel column are one mark over their union too.
+    A mark of more than one stretch says how many (``data-count``) and the longest (its
+    ``<title>``)."""
+    # (start, end, how many, longest) per row, the sections taken in time order.
+    stretches: dict[int, list[tuple[int, int, int, int]]] = {}
+    last_drawn: int | None = None  # the drawn row that held the path last
+    folded_since = False  # a folded call held it since
+    for section in sorted(sections, key=lambda s: s.start_ns):
+        span_id, ns = section.span.span_id, section.end_ns - section.start_ns
+        if ns <= 0:
+            continue
+        if (row_y := y_of.get(span_id)) is not None:
+            joined = folded_since and last_drawn == row_y
+            last_drawn, folded_since = row_y, False
+        elif (row_y := folded_y.get(span_id)) is not None:
+            joined = row_y in stretches
+            folded_since = True
+        else:
+            continue
+        row = stretches.setdefault(row_y, [])
+        if joined:
+            first, _, count, longest = row[-1]
+            row[-1] = (first, section.end_ns, count + 1, max(longest, ns))
+        else:
+            row.append((section.start_ns, section.end_ns, 1, ns))
+    rows: dict[int, list[tuple[int, int, int, int]]] = {}
+    for row_y, held in stretches.items():
+        for start_ns, end_ns, count, longest_ns in held:
             # In tenths of a pixel, as drawn, so that which column a mark reaches is exact.
-            left = round(x(section.start_ns) * 10)
-            width = max(5, round((x(section.end_ns) - x(section.start_ns)) * 10))
-            rows.setdefault(row_y, []).append((left, left + width, section.end_ns - section.start_ns))
+            left = round(x(start_ns) * 10)
+            width = max(5, round((x(end_ns) - x(start_ns)) * 10))
+            rows.setdefault(row_y, []).append((left, left + width, count, longest_ns))
     out = []
     for row_y, marks in rows.items():
         for left, right, count, longest_ns in _merged(marks):
@@ -217,17 +257,18 @@ def _critical_marks(
     return out
 
 
-def _merged(marks: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
-    """``marks`` (left, right in tenths of a pixel, nanoseconds) of one row as the union of those
-    that share a pixel column: (left, right, how many, longest ns), no two sharing a column."""
+def _merged(marks: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """``marks`` (left, right in tenths of a pixel, how many stretches, longest ns) of one row as
+    the union of those that share a pixel column: (left, right, how many, longest ns), no two
+    sharing a column."""
     out: list[tuple[int, int, int, int]] = []
-    for left, right, ns in sorted(marks):
+    for left, right, many, ns in sorted(marks):
         # Columns left // 10 to (right - 1) // 10: shared when this one starts in the last one's.
         if out and left // 10 <= (out[-1][1] - 1) // 10:
             first, last, count, longest = out[-1]
-            out[-1] = (first, max(last, right), count + 1, max(longest, ns))
+            out[-1] = (first, max(last, right), count + many, max(longest, ns))
         else:
-            out.append((left, right, 1, ns))
+            out.append((left, right, many, ns))
     return out
 
 
