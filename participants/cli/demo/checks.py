@@ -153,7 +153,7 @@ def _slow_restore_check(row: RunRow, fault: Fault) -> str:
 def _straggler_check(run: Run, fault: Fault) -> str:
     """The slowed server, and it alone, is flagged as its kind's straggler over the run."""
     kind = _kind_of(fault.instance)
-    flags = [f for f in run.trends.flags() if f.startswith("straggler: ")]
+    flags = [f for f in run.trends.flags() if f.startswith(("straggler: ", "stragglers: "))]
     mine = [f for f in flags if f.startswith(f"straggler: {kind}/{fault.instance} ")]
     if not mine or len(flags) != 1:
         raise DemoFailed(

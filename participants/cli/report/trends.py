@@ -64,6 +64,10 @@ STRAGGLER_CHANCE: Final = 0.05
 STRAGGLER_RATIO: Final = 1.5
 STRAGGLER_SPREAD: Final = 1.0
 STRAGGLER_MIN_MS: Final = 1.0
+#: Past this many stragglers of one kind, one flag says how many and names the first (as the
+#: breakdown folds a kind past ``timeline.FLEET`` participants): a fleet of 5,000 whose first
+#: third was slower in each of 3 checkpoints was 1,617 flags, 744 kB of a run page.
+NAMED_STRAGGLERS: Final = 8
 GROWTH_Z: Final = 2.33
 GROWTH_RATIO: Final = 2.0
 GROWTH_SPREAD: Final = 6.0
@@ -396,7 +400,8 @@ class Trends:
                     )
                     cid = short_id(row.checkpoint_id)
                     out.append(f"checkpoint #{number} {cid} took {ms:.1f} ms, {times} {middle:.1f} ms")
-        out.extend(self._stragglers())
+        for kind, lines in self._stragglers_by_kind().items():
+            out.extend(lines if len(lines) <= NAMED_STRAGGLERS else [self._stragglers_line(kind, lines)])
         for key in sorted(self.values):
             ordered = self._ordered(key)
             if len(ordered) < 2 * MIN_CHECKPOINTS or (found := growth(ordered)) is None:
@@ -410,8 +415,21 @@ class Trends:
             )
         return out
 
+    def _stragglers_line(self, kind: str, lines: list[str]) -> str:
+        """One flag for ``lines``, the many stragglers of ``kind``: how many of how many, and
+        the first (the one named among the fewest slowest) in full."""
+        first = lines[0].removeprefix("straggler: ")
+        return (
+            f"stragglers: {len(lines):,} of {len(self.places[kind]):,} {kind}s were each among the "
+            f"slowest in most checkpoints, too many to name one by one; the first: {first}"
+        )
+
     def _stragglers(self) -> list[str]:
-        out: list[str] = []
+        """Every straggler's flag, kind by kind."""
+        return [line for lines in self._stragglers_by_kind().values() for line in lines]
+
+    def _stragglers_by_kind(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for kind, places in sorted(self.places.items()):
             total, fewest = self.checkpoints_of_kind[kind], self.fewest_of_kind[kind]
             if total < MIN_CHECKPOINTS:
@@ -437,7 +455,8 @@ class Trends:
                     if (line := self._straggler(kind, who, wins, total, r)) is not None:
                         found.append((r, who, line))
                     break  # named here, or never: the gap test reads neither r nor the count
-            out.extend(line for _, _, line in sorted(found))
+            if found:
+                out[kind] = [line for _, _, line in sorted(found)]
         return out
 
     def _straggler(self, kind: str, who: str, wins: int, total: int, r: int) -> str | None:
