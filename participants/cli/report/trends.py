@@ -420,8 +420,8 @@ class Trends:
         the first (the one named among the fewest slowest) in full."""
         first = lines[0].removeprefix("straggler: ")
         return (
-            f"stragglers: {len(lines):,} of {len(self.places[kind]):,} {kind}s were each among the "
-            f"slowest in most checkpoints, too many to name one by one; the first: {first}"
+            f"stragglers: {len(lines):,} of {len(self.places[kind]):,} {kind} participants were each "
+            f"among the slowest in most checkpoints, too many to name one by one; the first: {first}"
         )
 
     def _stragglers(self) -> list[str]:

@@ -92,7 +92,10 @@ def test_many_stragglers_of_a_kind_are_one_flag_and_the_page_does_not_grow_with_
     out = capsys.readouterr().out
     assert len(large.encode()) / len(small.encode()) < 1.05, (len(small.encode()), len(large.encode()))
     for n, page in ((30, small), (120, large)):
-        said = f"stragglers: {n // 3} of {n} environments were each among the slowest in most checkpoints"
+        said = (
+            f"stragglers: {n // 3} of {n} environment participants were each among the slowest "
+            "in most checkpoints"
+        )
         assert page.count(said) == 2  # the flags line, the trends table
         assert out.count(said) == 1
         assert re.search(r"too many to name one by one; the first: environment/env-\d+ was ", page)
@@ -115,5 +118,6 @@ def test_the_demo_s_slow_check_says_the_folded_flag_never_none() -> None:
     with pytest.raises(DemoFailed) as info:
         checks._straggler_check(run, parse_fault("slow:env-1"))
     assert str(info.value).startswith(
-        "env-1 writes 5x slower, but the stragglers flagged are: stragglers: 10 of 30 environments "
+        "env-1 writes 5x slower, but the stragglers flagged are: "
+        "stragglers: 10 of 30 environment participants "
     )
