@@ -102,14 +102,14 @@ from ckpt_events import (
 from ckpt_events.checks import shown
 from ckpt_events.participants.fastapi.incoming import Incoming
 from ckpt_events.participants.fastapi.lifespan import DEFAULT_SHUTDOWN_TIMEOUT as DEFAULT_SHUTDOWN_TIMEOUT
+from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
 from ckpt_events.participants.fastapi.lifespan import (
-    SCOPE_KEY,
     ArrivalMiddleware,
     HeldOperation,
     Instrumented,
     RequestEnded,
+    arrival_of,
 )
-from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
 from ckpt_events.participants.fastapi.server_log import redact_server_log
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
@@ -142,7 +142,7 @@ def incoming(request: HTTPConnection) -> Incoming:
             f"operation() and incoming() take the handler's Request (or WebSocket), not {shown(request)}; "
             "away from a request, use telemetry(app).operation(...)"
         )
-    arrival = request.scope.get(SCOPE_KEY)
+    arrival = arrival_of(request.scope)
     headers = request.headers
     parents = headers.getlist("traceparent")
     # Two traceparent headers are no valid one: W3C's test suite expects a new trace (the first
@@ -169,9 +169,9 @@ async def incoming_dependency(request: HTTPConnection) -> Incoming:
 def _instrumented(where: HTTPConnection | Starlette) -> Instrumented:
     # HTTPConnection, not Request: a WebSocket is one too (it read the WebSocket's own state).
     if isinstance(where, HTTPConnection):
-        arrival = where.scope.get(SCOPE_KEY)
+        arrival = arrival_of(where.scope)
         if arrival is not None:
-            return arrival.instrumented  # type: ignore[no-any-return]
+            return arrival.instrumented
         if "app" not in where.scope:  # `.app` raised KeyError: 'app' for a Request(scope) built by hand
             raise ConfigurationError(
                 "the request was served by no app (a Request built by hand): send it through the "
@@ -208,7 +208,7 @@ def operation(
     found = incoming(request)  # first: a wrong type of `request` is an InvalidTypeError
     tel = telemetry(request)
     span = found.operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
-    arrival = request.scope.get(SCOPE_KEY)
+    arrival = arrival_of(request.scope)
     if arrival is None or not tel.enabled:  # a no-op handle records nothing to end
         return span
     return HeldOperation(span, arrival)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Final
 
@@ -38,6 +39,7 @@ __all__ = [
     "ArrivalMiddleware",
     "Instrumented",
     "RequestEnded",
+    "arrival_of",
 ]
 
 logger: Final = library_logger("ckpt_events")
@@ -46,6 +48,9 @@ logger: Final = library_logger("ckpt_events")
 STATE_ATTRIBUTE: Final = "ckpt_events"
 #: The request-scope key of a request's arrival (set by the middleware).
 SCOPE_KEY: Final = "ckpt_events.arrival"
+#: The arrival of the mounted instrumented app whose code runs in this context (unset in the
+#: outermost app's, which has no app around it): ``arrival_of`` tells the apps of one request apart.
+_MOUNTED: Final[ContextVar[Arrival | None]] = ContextVar("ckpt_events_mounted_arrival", default=None)
 #: The bus's and the sinks' shutdown deadline (seconds), each.
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 #: Seconds the lifespan waits for the sinks' handle past ``shutdown_timeout``, which is also the
@@ -266,15 +271,17 @@ class RequestEnded(CkptEventsError):
 
 
 class Arrival:
-    """One request's arrival time (Unix ns), the ``Instrumented`` app it reached, and the
-    operations of ``operation(request)`` entered and not yet left (``open``)."""
+    """One request's arrival time (Unix ns), the ``Instrumented`` app it reached, the
+    operations of ``operation(request)`` entered and not yet left (``open``), and the arrival
+    the instrumented app this one is mounted in stamped (``outer``, ``None`` if none)."""
 
-    __slots__ = ("instrumented", "open", "received_ns")
+    __slots__ = ("instrumented", "open", "outer", "received_ns")
 
-    def __init__(self, received_ns: int, instrumented: Instrumented) -> None:
+    def __init__(self, received_ns: int, instrumented: Instrumented, outer: Arrival | None = None) -> None:
         self.received_ns = received_ns
         self.instrumented = instrumented
         self.open: list[HeldOperation] = []
+        self.outer = outer
 
     def end_open(self) -> None:
         """End every operation still open as the request ends, with ``RequestEnded``: a
@@ -287,6 +294,29 @@ class Arrival:
             except IndexError:  # its own __exit__ on another thread took the last one
                 return
             held.abandon()
+
+
+def arrival_of(scope: Mapping[str, Any]) -> Arrival | None:
+    """The arrival stamped on ``scope`` by the instrumented app whose code runs here.
+
+    Starlette's ``Mount`` hands the outer app's scope dict on, so a mounted instrumented app's
+    stamp replaced the outer app's: the outer app's ``operation(request)`` after the mounted
+    one answered (in its middleware, its exception handlers) recorded as the mounted app's
+    participant, or was lost with that app's telemetry off (Starlette runs no mounted app's
+    lifespan). Which app's code runs is in the context: a mounted app's arrival is set in it
+    while that app handles the request (``BaseHTTPMiddleware`` runs the rest of the app in a
+    child task, which has a copy), and unset, the outermost app's.
+    """
+    found: Arrival | None = scope.get(SCOPE_KEY)
+    if found is None or found.outer is None:  # one instrumented app: the common case
+        return found
+    current = _MOUNTED.get()
+    arrival = found
+    while arrival.outer is not None:
+        if arrival is current:
+            return arrival
+        arrival = arrival.outer
+    return arrival  # the outermost app's: none of this request's mounted apps runs here
 
 
 class HeldOperation:
@@ -338,11 +368,14 @@ class ArrivalMiddleware:
             await self.app(scope, receive, send)
             return
         instrumented = self.instrumented
-        outer = scope.get(SCOPE_KEY)  # an instrumented app this one is mounted in stamped it
+        outer = arrival_of(scope)  # an instrumented app this one is mounted in stamped it
         # The Telemetry's clock: an injected one (a TickingClock) stamps the arrival too, so
         # received_ns is not the real time beside a span started at the test clock's time.
-        arrival = Arrival(instrumented.telemetry.clock(), instrumented)
+        arrival = Arrival(instrumented.telemetry.clock(), instrumented, outer)
         scope[SCOPE_KEY] = arrival
+        # Mounted: which app's code runs is told by the context (arrival_of); the outermost
+        # app's is the unset default, so a single app pays nothing for it.
+        mounted = None if outer is None else _MOUNTED.set(arrival)
         if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
             instrumented._lifespan_missing(None if outer is None else outer.instrumented)
         try:
@@ -353,6 +386,8 @@ class ArrivalMiddleware:
         finally:
             if arrival.open:
                 arrival.end_open()
+            if mounted is not None:
+                _MOUNTED.reset(mounted)
 
     def _failure_in_one_line(self, send: Send) -> Send:
         """``send`` with a startup failure of ours said in one line: Starlette sends the lifespan's

@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -659,6 +659,46 @@ async def test_a_sub_app_mounted_in_an_instrumented_app_is_told_to_drop_its_inst
         assert (await client.post("/plain/grade/c2")).status_code == 200
     finished = outer_sink.of_type(OperationFinished)
     assert [(e.kind, e.checkpoint_id) for e in finished] == [("gateway", "c2")]
+
+
+@pytest.mark.parametrize("inner_lifespan", [True, False])
+async def test_the_outer_app_s_operation_after_a_mounted_instrumented_app_answered_is_its_own(
+    inner_lifespan: bool,
+) -> None:
+    """Starlette's ``Mount`` hands the outer app's scope on, and a mounted instrumented app's
+    stamp replaced the outer app's there: the outer app's middleware's operation after
+    ``call_next`` recorded as the mounted app's participant (3 of 3 commits as
+    environment/env-0), or, with the mounted app's lifespan not run (as Starlette runs none),
+    was lost (0 of 3 recorded). Each app's code now records with its own."""
+    sink = MemorySink()
+    inner = FastAPI()
+    instrument(inner, kind="environment", instance="env-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @inner.post("/reset/{checkpoint_id}")
+    async def reset(request: Request, checkpoint_id: str) -> None:
+        with operation(request, "prepare", checkpoint_id=checkpoint_id):
+            await anyio.sleep(0)
+
+    outer = _user_app(sink)
+
+    @outer.middleware("http")
+    async def audit(request: Request, call_next: Any) -> Any:
+        reply = await call_next(request)
+        with operation(request, "retire", checkpoint_id=request.url.path):
+            pass
+        return reply
+
+    outer.mount("/env", inner)
+    async with _serving(outer) as client, AsyncExitStack() as stack:
+        if inner_lifespan:  # as a user whose outer lifespan runs the mounted app's
+            await stack.enter_async_context(inner.router.lifespan_context(inner))
+        for k in range(3):
+            assert (await client.post(f"/env/reset/c{k}")).status_code == 200
+        assert (await client.post("/grade/c9")).status_code == 200
+    got = sorted((e.kind, e.operation, e.checkpoint_id) for e in sink.of_type(OperationFinished))
+    mine = [("judge", "retire", f"/env/reset/c{k}") for k in range(3)] + [("judge", "retire", "/grade/c9")]
+    theirs = [("environment", "prepare", f"c{k}") for k in range(3)] if inner_lifespan else []
+    assert got == sorted([*theirs, ("judge", "commit", "c9"), *mine])
 
 
 async def test_a_request_after_the_lifespan_ended_is_not_said_to_have_none(
