@@ -68,7 +68,9 @@ def parse_traceparent(header: object) -> RemoteParent | None:
     """
     if not isinstance(header, str) or len(header) > 512:
         return None
-    match = _TRACEPARENT.match(header.strip())  # lowercase only, as W3C and OpenTelemetry say
+    # Only W3C's optional whitespace (space, tab) around it: str.strip() took any Unicode
+    # space too (\x0b, \xa0, \u2009), continuing a trace OpenTelemetry refuses.
+    match = _TRACEPARENT.match(header.strip(" \t"))  # lowercase only, as W3C and OpenTelemetry say
     if match is None:
         return None
     version, trace_hex, span_hex, flags_hex, rest = match.groups()
