@@ -12,7 +12,10 @@
 * **the arrival time of every request**, read by a pure ASGI middleware before routing, body
   parsing and auth (Unix-epoch ns, from the ``Telemetry``'s clock: an injected ``clock=``
   stamps it too), which becomes an operation's ``received_ns``: the time a
-  request queued in the server before its handler started is then visible in traces;
+  request queued in the server before its handler started is then visible in traces. Only
+  operations begun before any other of the request ended and before its response started
+  get it: one begun later (a second one, one in ``BackgroundTasks``, a websocket's second
+  message's) has none, its wait unknown;
 * **the event loop's lag** (on by default, ``loop_lag=False`` turns it off): a task sleeps
   50 ms at a time and keeps how much each sleep overshot, and each operation records the worst
   lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there. It
@@ -108,6 +111,7 @@ from ckpt_events.participants.fastapi.lifespan import (
     HeldOperation,
     Instrumented,
     RequestEnded,
+    ResponseStartMiddleware,
     arrival_of,
 )
 from ckpt_events.participants.fastapi.server_log import redact_server_log
@@ -134,8 +138,9 @@ def __dir__() -> list[str]:
 
 def incoming(request: HTTPConnection) -> Incoming:
     """What ``request`` (a ``Request`` or a ``WebSocket``) brought (see ``Incoming``; a request
-    with several ``traceparent`` headers has none valid); usable as a FastAPI dependency;
-    anything else raises ``InvalidTypeError``."""
+    with several ``traceparent`` headers has none valid; no ``received_ns`` once an operation
+    of the request ended or its response started); usable as a FastAPI dependency; anything
+    else raises ``InvalidTypeError``."""
     if not isinstance(request, HTTPConnection):
         # The app itself (telemetry(app) takes one) was an AttributeError: 'FastAPI' ... 'scope'.
         raise InvalidTypeError(
@@ -154,7 +159,8 @@ def incoming(request: HTTPConnection) -> Incoming:
     return Incoming.from_headers(
         traceparent,
         ",".join(states) if states else None,
-        received_ns=arrival.received_ns,
+        # None once the request's wait is over (see operation()): the arrival is no wait then.
+        received_ns=arrival.received_ns if arrival.waiting else None,
         monitor=arrival.instrumented.monitor,
     )
 
@@ -198,8 +204,9 @@ def operation(
 ) -> AbstractContextManager[OperationSpan]:
     """The operation ``name`` of the handler serving ``request`` (or a ``WebSocket``): ``with``
     gives the handle ``Telemetry.operation`` gives, a child of the caller's span (W3C
-    ``traceparent``, its ``tracestate`` kept), with ``received_ns`` (the request's arrival),
-    ``loop_lag_ms`` and ``attributes`` set. See ``Incoming.operation``.
+    ``traceparent``, its ``tracestate`` kept), with ``received_ns`` (the request's arrival, when
+    it starts before any operation of the request ended and before the response started; else
+    none), ``loop_lag_ms`` and ``attributes`` set. See ``Incoming.operation``.
 
     One still open when its request has ended (a ``StreamingResponse``'s generator the server
     stopped iterating when the client left) is ended then, outcome ``error`` with
@@ -207,10 +214,11 @@ def operation(
     ``incoming(request).operation(telemetry(request), ...)``."""
     found = incoming(request)  # first: a wrong type of `request` is an InvalidTypeError
     tel = telemetry(request)
-    span = found.operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
     arrival = arrival_of(request.scope)
     if arrival is None or not tel.enabled:  # a no-op handle records nothing to end
-        return span
+        return found.operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
+    # Its received_ns is decided as it starts (HeldOperation.__enter__), by the request's wait then.
+    span = found._replace(received_ns=None).operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
     return HeldOperation(span, arrival)
 
 
@@ -380,6 +388,7 @@ def instrument(
 
     app.router.lifespan_context = lifespan
     app.add_middleware(ArrivalMiddleware, instrumented=handle)
+    app.add_middleware(ResponseStartMiddleware)
     _stamp_first(app)
     redact_server_log()
     setattr(app.state, STATE_ATTRIBUTE, handle)
@@ -410,15 +419,19 @@ def _not_an_app(app: object) -> str:
 
 
 def _stamp_first(app: Starlette) -> None:
-    """Keep the arrival stamp the outermost of the app's own middleware whenever its stack is
-    built: ``add_middleware`` puts each one added later outside those before it, so middleware
-    added after ``instrument()`` ran before the stamp (its time missing from the wait, an
-    operation in it without ``received_ns``)."""
+    """Keep the arrival stamp the outermost of the app's own middleware, and the watch for the
+    response's start the innermost, whenever its stack is built: ``add_middleware`` puts each
+    one added later outside those before it, so middleware added after ``instrument()`` ran
+    before the stamp (its time missing from the wait, an operation in it without
+    ``received_ns``)."""
     build = app.build_middleware_stack  # Starlette's, or a wrapper (FastAPIInstrumentor's)
+    # Objects: mypy sees no overlap of a class with the generic factory.
+    stamp: object = ArrivalMiddleware
+    watch: object = ResponseStartMiddleware
 
     def build_middleware_stack() -> ASGIApp:
-        stamp: object = ArrivalMiddleware  # an object: mypy sees no overlap with the generic factory
-        app.user_middleware.sort(key=lambda m: m.cls is not stamp)  # stable: the rest keep their order
+        # Stable: the rest keep their order, between the two.
+        app.user_middleware.sort(key=lambda m: 0 if m.cls is stamp else 2 if m.cls is watch else 1)
         return build()
 
     # On the instance, as FastAPIInstrumentor wraps it: an instrumentation wrapped after this

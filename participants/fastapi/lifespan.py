@@ -39,6 +39,7 @@ __all__ = [
     "ArrivalMiddleware",
     "Instrumented",
     "RequestEnded",
+    "ResponseStartMiddleware",
     "arrival_of",
 ]
 
@@ -272,16 +273,29 @@ class RequestEnded(CkptEventsError):
 
 class Arrival:
     """One request's arrival time (Unix ns), the ``Instrumented`` app it reached, the
-    operations of ``operation(request)`` entered and not yet left (``open``), and the arrival
-    the instrumented app this one is mounted in stamped (``outer``, ``None`` if none)."""
+    operations of ``operation(request)`` entered and not yet left (``open``), the arrival
+    the instrumented app this one is mounted in stamped (``outer``, ``None`` if none), and
+    whether an operation starting now still waited from the arrival (``waiting``)."""
 
-    __slots__ = ("instrumented", "open", "outer", "received_ns")
+    __slots__ = ("instrumented", "open", "outer", "received_ns", "waiting")
 
     def __init__(self, received_ns: int, instrumented: Instrumented, outer: Arrival | None = None) -> None:
         self.received_ns = received_ns
         self.instrumented = instrumented
         self.open: list[HeldOperation] = []
         self.outer = outer
+        #: True until an operation of the request ends or its response starts: an operation
+        #: begun after either spent the time since the arrival on the server's own work, not
+        #: queued (a second operation after a 300 ms first one read "queued 301 ms").
+        self.waiting = True
+
+    def wait_over(self) -> None:
+        """No operation begun from now on waited from this arrival (nor from the arrivals of
+        the apps this one is mounted in, which see the same request)."""
+        arrival: Arrival | None = self
+        while arrival is not None:
+            arrival.waiting = False
+            arrival = arrival.outer
 
     def end_open(self) -> None:
         """End every operation still open as the request ends, with ``RequestEnded``: a
@@ -322,26 +336,35 @@ def arrival_of(scope: Mapping[str, Any]) -> Arrival | None:
 class HeldOperation:
     """An operation of ``operation(request)``, kept on its request's ``Arrival`` while it is
     open, so that the request's end can end it (``Arrival.end_open``). Exactly one of its own
-    exit and the request's end ends it: each takes it off ``open`` first (one atomic step)."""
+    exit and the request's end ends it: each takes it off ``open`` first (one atomic step).
 
-    __slots__ = ("_open", "_operation")
+    It gets the arrival as its ``received_ns`` when it starts while the request still waits
+    (``Arrival.waiting``: no operation of the request ended, no response started), and none
+    (unknown) otherwise; its end ends the wait of any operation begun after it."""
+
+    __slots__ = ("_arrival", "_operation")
 
     def __init__(self, operation: Any, arrival: Arrival) -> None:
         self._operation = operation  # the OperationSpan, or incoming's wrapper timing the loop lag
-        self._open = arrival.open
+        self._arrival = arrival
 
     def __enter__(self) -> OperationSpan:
         handle: OperationSpan = self._operation.__enter__()
-        self._open.append(self)
+        arrival = self._arrival
+        if arrival.waiting:  # decided as it starts, not when operation(request) was called
+            handle.set(received_ns=arrival.received_ns)
+        arrival.open.append(self)
         return handle
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        arrival = self._arrival
         try:
-            self._open.remove(self)
+            arrival.open.remove(self)
         except ValueError:
             return  # ended when its request ended: recorded once, as what it was then
+        arrival.wait_over()
         self._operation.__exit__(exc_type, exc, tb)
 
     def abandon(self) -> None:
@@ -378,6 +401,9 @@ class ArrivalMiddleware:
         mounted = None if outer is None else _MOUNTED.set(arrival)
         if not instrumented.started and instrumented._owns_bus and not instrumented._warned:
             instrumented._lifespan_missing(None if outer is None else outer.instrumented)
+        # A websocket's accept ends no wait: the connect is its first operation's.
+        if scope["type"] == "http":
+            send = _ending_the_wait(send, arrival)
         try:
             await self.app(scope, receive, send)
         except BaseException as exc:
@@ -402,3 +428,33 @@ class ArrivalMiddleware:
             await send(message)
 
         return sending
+
+
+def _ending_the_wait(send: Send, arrival: Arrival) -> Send:
+    """``send`` ending ``arrival``'s wait as the response starts: an operation begun after it (in
+    a ``StreamingResponse``'s body, a ``BackgroundTasks`` task) spent the time since the arrival
+    after the handler had answered (one in ``BackgroundTasks`` read "queued 306 ms")."""
+
+    async def sending(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            arrival.wait_over()
+        await send(message)
+
+    return sending
+
+
+class ResponseStartMiddleware:
+    """Ends the request's wait as the app's own response starts, inside the app's middleware:
+    ``BaseHTTPMiddleware`` (``@app.middleware("http")``) sends a ``StreamingResponse``'s start on
+    only once its body is under way, so the generator's operation after a 200 ms handler read
+    "queued 203 ms" with the start seen in ``ArrivalMiddleware`` alone."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrival = arrival_of(scope) if scope["type"] == "http" else None
+        if arrival is None:
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, _ending_the_wait(send, arrival))
