@@ -5,6 +5,9 @@ servers' ``prepare``) are a group. A group of more than ``FOLD_AT`` calls keeps 
 call (and the one on the critical path, when that is another), each with its steps, and one
 ``Folded`` row sums up the rest: how many, when the first started and the last ended, their
 median and longest. A checkpoint across 64 participants is then a few rows per stage, not 64.
+A failed call (its own span or one of its steps failed) is drawn too, the first
+``FAILED_DRAWN`` of a group by start, so every output names who failed and how; the rest are
+counted on the ``Folded`` row (``k more failed``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from typing import Final
 
 from ckpt_events.participants.cli.report.model import Span
 
-__all__ = ["FOLD_AT", "Folded", "Row", "waterfall_rows"]
+__all__ = ["FAILED_DRAWN", "FOLD_AT", "Folded", "Row", "error_type", "waterfall_rows"]
 
 #: A group of at most this many parallel calls is drawn whole.
 FOLD_AT: Final = 3
+#: A group's failed calls drawn beside its slowest (the first by start); more are counted.
+FAILED_DRAWN: Final = 8
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,10 @@ class Folded:
     end_ns: int
     median_ms: float
     max_ms: float
+    #: The calls not drawn that failed (their own span or one of their steps).
     errors: int
+    #: Failed calls of the group drawn above (``FAILED_DRAWN``): ``errors`` are the more.
+    errors_drawn: int = 0
     #: The calls not drawn, by span id (their subtrees hidden with them).
     span_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
@@ -47,7 +55,21 @@ class Folded:
     def summary(self) -> str:
         """``median 5.2 ms, longest 8.9 ms`` (and the errors among them, if any)."""
         said = f"median {self.median_ms:.1f} ms, longest {self.max_ms:.1f} ms"
-        return said + (f", {self.errors} failed" if self.errors else "")
+        return said + (f", {self.failed}" if self.errors else "")
+
+    @property
+    def failed(self) -> str:
+        """``2 failed``, or ``5 more failed`` when some of the group's failed calls are drawn."""
+        return f"{self.errors:,} more failed" if self.errors_drawn else f"{self.errors:,} failed"
+
+
+def error_type(s: Span) -> str | None:
+    """A failed span's exception type (``RuntimeError``), ``error`` when its event named none;
+    ``None`` when it did not fail."""
+    if not s.error:
+        return None
+    said = s.details.get("error_type")
+    return str(said) if said else "error"
 
 
 Row = Span | Folded
@@ -60,28 +82,41 @@ def _kind(s: Span) -> str:
 def waterfall_rows(spans: Sequence[Span], critical: Collection[int] = ()) -> list[Row]:
     """``spans`` (one trace's, parents before children, as ``model.trace_spans`` gives them) with
     each large group of parallel calls folded: the slowest call and the one on the ``critical``
-    path (span ids) stay, with their subtrees, and a ``Folded`` row follows the last of them.
+    path (span ids) stay, and the first ``FAILED_DRAWN`` failed calls, with their subtrees, and
+    a ``Folded`` row follows the last of them.
     A span of depth 0 is a root, whatever its parent id (a loop's, drawn as one)."""
     ids = {s.span_id for s in spans}
     children: dict[int | None, list[Span]] = {}
+    parent_of: dict[int, int] = {}
     for s in spans:
         drawn_under = s.depth and s.parent_span_id in ids and s.parent_span_id != s.span_id
         parent = s.parent_span_id if drawn_under else None
         children.setdefault(parent, []).append(s)
+        if parent is not None:
+            parent_of[s.span_id] = parent
+    # A call failed when its span or a span under it did (an ok prepare whose step failed).
+    failed: set[int] = set()
+    for s in spans:
+        if s.error:
+            at: int | None = s.span_id
+            while at is not None and at not in failed and len(failed) <= len(spans):
+                failed.add(at)
+                at = parent_of.get(at)
     out: list[Row] = []
     # Depth-first with an explicit stack, children in start order; a Folded row is pushed right
     # after the last call kept from its group, so it follows that call's subtree.
-    stack: list[Row] = list(reversed(_level(children.get(None, []), critical)))
+    stack: list[Row] = list(reversed(_level(children.get(None, []), critical, failed)))
     while stack and len(out) <= 2 * len(spans):
         row = stack.pop()
         out.append(row)
         if isinstance(row, Span):
-            stack.extend(reversed(_level(children.get(row.span_id, []), critical)))
+            stack.extend(reversed(_level(children.get(row.span_id, []), critical, failed)))
     return out
 
 
-def _level(siblings: list[Span], critical: Collection[int]) -> list[Row]:
-    """One parent's children in start order, large groups folded."""
+def _level(siblings: list[Span], critical: Collection[int], failed: Collection[int]) -> list[Row]:
+    """One parent's children in start order, large groups folded (``failed``: the span ids of
+    failed calls and of the spans above a failed one)."""
     ordered = sorted(siblings, key=lambda s: (s.start_ns, -s.end_ns))
     groups: dict[tuple[str, str], list[Span]] = {}
     for s in ordered:
@@ -95,7 +130,12 @@ def _level(siblings: list[Span], critical: Collection[int]) -> list[Row]:
         slowest = max(calls, key=lambda s: s.end_ns - s.start_ns)
         on_path = [s for s in calls if s is not slowest and s.span_id in critical]
         keep = [slowest, *sorted(on_path, key=lambda s: s.end_ns)[-1:]]
+        # Never folded into a count only: who failed is drawn (``calls`` are in start order).
+        failures = [s for s in calls if s.span_id in failed and all(s is not k for k in keep)]
+        keep += failures[:FAILED_DRAWN]
         rest = [s for s in calls if all(s is not k for k in keep)]
+        if not rest:
+            continue
         hidden.update(s.span_id for s in rest)
         last = max(keep, key=lambda s: (s.start_ns, -s.end_ns))
         kept[last.span_id] = Folded(
@@ -107,7 +147,8 @@ def _level(siblings: list[Span], critical: Collection[int]) -> list[Row]:
             end_ns=max(s.end_ns for s in rest),
             median_ms=statistics.median(s.ms for s in rest),
             max_ms=max(s.ms for s in rest),
-            errors=sum(s.error for s in rest),
+            errors=sum(s.span_id in failed for s in rest),
+            errors_drawn=sum(k.span_id in failed for k in keep),
             span_ids=frozenset(s.span_id for s in rest),
         )
     out: list[Row] = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ckpt_events import Event
-from ckpt_events.participants.cli.report.folding import Folded, waterfall_rows
+from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
     Attribution,
@@ -75,7 +75,10 @@ _TOP = 70
 
 
 def _label(s: Span) -> str:
-    return f"{s.short}  {s.who}" if s.participant else s.short
+    label = f"{s.short}  {s.who}" if s.participant else s.short
+    # A failed span says how: a wide fleet's failure is drawn, never only counted (``folding``).
+    failed = error_type(s)
+    return label if failed is None else f"{label} ✗ {failed}"
 
 
 #: A generous width of one character of the labels (12 px system-ui, bold), to cut a label

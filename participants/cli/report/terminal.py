@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_events import Event
-from ckpt_events.participants.cli.report.folding import Folded, Row, waterfall_rows
+from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
     Attribution,
@@ -243,6 +243,8 @@ def render_waterfall(
             _paint(bar, "─", start, end)
             bar.stylize(colour_of(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
+            if row.errors:  # the failed calls past those drawn, counted in red
+                name.append(f", {row.failed}", style="red")
             table.add_row(name, Text(f"≤{_figure(row.max_ms)}", style="dim"), bar)
             continue
         s = row
@@ -269,7 +271,10 @@ def render_waterfall(
 def _label(row: Row) -> str:
     if isinstance(row, Folded):
         return escape(row.label)
-    return escape(f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short)
+    label = f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short
+    # A failed span says how: a wide fleet's failure is drawn, never only counted (``folding``).
+    failed = error_type(row)
+    return escape(label if failed is None else f"{label} ✗ {failed}")
 
 
 def _paint(bar: Text, char: str, start: int, end: int) -> None:

@@ -1,0 +1,151 @@
+"""A wide fleet's failures are drawn, never folded into a count only (``folding``): a prepare on
+1,000 environment servers where 3 of the fastest failed (two raised, one's step failed) names
+each of them with its error type in the terminal, on the checkpoint's page and on the run page;
+past ``FAILED_DRAWN`` failures the rest are counted ``k more failed``."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StepFinished
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.folding import FAILED_DRAWN, Folded, waterfall_rows
+from ckpt_events.participants.cli.report.html import waterfall_svg
+from ckpt_events.participants.cli.report.model import Span, trace_spans
+from ckpt_events.participants.cli.report.paths import on_critical_path
+from ckpt_events.participants.cli.report.terminal import render_waterfall
+from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
+
+MS = 1_000_000
+T = 11
+#: Some time in 2026: a log's times are Unix ns.
+T0 = 1_790_000_000 * 10**9
+#: Instance -> how it failed: its prepare raised, or (``step:``) its upload step did.
+FAILURES = {"env-1": "RuntimeError", "env-2": "ValueError", "env-3": "step:OSError"}
+
+
+def _fleet(n: int, failures: dict[str, str], *, parallel: bool = True) -> list[Any]:
+    """A collection checkpoint whose prepare calls ``n`` environment servers (in parallel or
+    in turn), each prepare with an ``upload`` step; those in ``failures`` the fastest."""
+    span = 100
+    prepares: list[Any] = []
+    at = T0 + MS
+    for i in range(n):
+        who = f"env-{i}"
+        how = failures.get(who)
+        ms = 0.01 if how else 1 + (i % 7) * 0.1
+        start = at if parallel else at + i * 2 * MS
+        a, b = start, start + int(ms * MS)
+        span += 2
+        op_error = how is not None and not how.startswith("step:")
+        prepares.append(
+            OperationFinished(
+                Kind.ENVIRONMENT,
+                who,
+                T,
+                span,
+                a,
+                b,
+                Operation.PREPARE,
+                "k",
+                2,
+                parent_remote=True,
+                outcome=Outcome.ERROR if op_error else Outcome.OK,
+                error_type=how if op_error else None,
+            )
+        )
+        step_error = how is not None and how.startswith("step:")
+        prepares.append(
+            StepFinished(
+                Kind.ENVIRONMENT,
+                who,
+                T,
+                span + 1,
+                a,
+                b,
+                "upload",
+                "k",
+                span,
+                outcome=Outcome.ERROR if step_error else Outcome.OK,
+                error_type=how.removeprefix("step:") if step_error and how else None,
+            )
+        )
+    end = max(e.end_ns for e in prepares) + MS
+    return [
+        CollectionFinished(Kind.CONTROLLER, "coordination", T, 1, T0, end, CollectionAction.CHECKPOINT, "k"),
+        CoordinateFinished(Kind.CONTROLLER, "coordination", T, 2, T0, end, Operation.PREPARE, "k", 1),
+        *prepares,
+    ]
+
+
+def _named(text: str) -> dict[str, str]:
+    """Each failed instance named in ``text`` with its error type: ``env-1`` -> ``RuntimeError``."""
+    return dict(re.findall(r"(env-\d+) ✗ (\w+)", text))
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_three_failures_among_1000_are_each_drawn_with_their_error_type(parallel: bool) -> None:
+    """The waterfall's rows keep the 3 failed calls (the one whose step failed with its step),
+    the terminal and the SVG name each with its error type, and no folded row counts them again."""
+    spans = trace_spans(_fleet(1000, FAILURES, parallel=parallel), T)
+    rows = waterfall_rows(spans, on_critical_path(spans))
+    drawn = {r.who for r in rows if isinstance(r, Span) and r.participant}
+    assert {"environment/env-1", "environment/env-2", "environment/env-3"} <= drawn
+    (folded,) = [r for r in rows if isinstance(r, Folded)]
+    assert (
+        folded.errors == 0
+        and folded.count + len({r.who for r in rows if isinstance(r, Span) and r.short == "prepare"}) == 1000
+    )
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(render_waterfall(spans, 160, title="fleet"))
+    text = console.export_text()
+    want = {"env-1": "RuntimeError", "env-2": "ValueError", "env-3": "OSError"}
+    assert _named(text) == want, text
+    assert _named(waterfall_svg(spans, title="fleet")) == want
+    assert len(rows) < 20
+
+
+def test_past_the_bound_the_first_failures_are_drawn_and_the_rest_counted() -> None:
+    """12 failed calls of 300 in turn: the first ``FAILED_DRAWN`` by start are drawn, the folded row
+    says ``4 more failed`` (terminal and page alike), and drawn plus folded are every call."""
+    failures = {f"env-{i}": "TimeoutError" for i in range(0, 24, 2)}
+    spans = trace_spans(_fleet(300, failures, parallel=False), T)
+    rows = waterfall_rows(spans, on_critical_path(spans))
+    (folded,) = [r for r in rows if isinstance(r, Folded)]
+    failed = [r.who for r in rows if isinstance(r, Span) and r.error]
+    assert failed == [f"environment/env-{i}" for i in range(0, 2 * FAILED_DRAWN, 2)]
+    assert folded.errors == 12 - FAILED_DRAWN and folded.summary.endswith(", 4 more failed")
+    assert folded.count + sum(isinstance(r, Span) and r.short == "prepare" for r in rows) == 300
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(render_waterfall(spans, 160, title="fleet"))
+    text = console.export_text()  # the name column folds the row's words over two lines
+    assert "+291 more prepare on" in text and ", 4 more failed" in text
+    assert ", 4 more failed</text>" in waterfall_svg(spans, title="fleet")
+
+
+def test_report_command_names_the_failed_participants_everywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``report LOG --checkpoint k --report page.html`` and the run page of the same JSON-lines
+    log: the terminal, the checkpoint's page and the run page each name the 3 failed of 1,000."""
+    log = tmp_path / "log.jsonl"
+    sink = JsonLinesSink(log)
+    sink.handle(_fleet(1000, FAILURES))
+    anyio.run(sink.aclose)
+    monkeypatch.setenv("COLUMNS", "160")
+    want = {"env-1": "RuntimeError", "env-2": "ValueError", "env-3": "OSError"}
+    page, run_page = tmp_path / "c.html", tmp_path / "run.html"
+    assert main(["report", str(log), "--checkpoint", "k", "--report", str(page)]) == 0
+    assert _named(capsys.readouterr().out) == want
+    assert _named(page.read_text()) == want
+    assert main(["report", str(log), "--report", str(run_page)]) == 0
+    capsys.readouterr()
+    assert _named(run_page.read_text()) == want
