@@ -404,7 +404,7 @@ def _table_html(rows: list[Breakdown]) -> str:
         who = who if r.worker is None else f"&nbsp;&nbsp;└ worker {escape_html(r.worker)}"
         if r.folded:
             who = f"{escape_html(r.kind)} {escape_html(r.instance)}"
-        who += f" ({counted(r.errors, 'error')})" if r.errors else ""
+        who += escape_html(r.errors_said)
         amounts = "".join(f"<td>{'-' if v is None else f'{v:,}'}</td>" for v in (r.records, r.bytes))
         body.append(f"<tr><td>{who}</td>{cells}{amounts}</tr>")
     rows_html = "\n".join(body)

@@ -194,7 +194,7 @@ def _who(row: Breakdown) -> str:
     who = f"{kind}/{instance}" if row.worker is None else f"  └ worker {escape(row.worker)}"
     if row.folded:
         who = f"{kind} {instance}"
-    return who + (f" ({counted(row.errors, 'error')})" if row.errors else "")
+    return who + escape(row.errors_said)
 
 
 #: The waterfall's ms column (``▶12345.6``) and its narrowest bar.

@@ -41,6 +41,7 @@ __all__ = [
     "breakdown",
     "breakdown_columns",
     "fold_columns",
+    "FAILED_LISTED",
     "FLEET",
     "per_kind",
     "shown_rows",
@@ -57,6 +58,9 @@ OWN_COLUMNS: Final = 12
 #: Past this many participants the breakdown shows one row per kind (its longest instance), in
 #: the terminal and on the page alike (``shown_rows``).
 FLEET: Final = 8
+#: A folded kind's failed participants listed under its row, each its own (``per_kind``); the
+#: rest are counted on the kind's row. A failure is never folded into a count only.
+FAILED_LISTED: Final = 8
 #: Operations and steps shown per participant, in the order a checkpoint runs them.
 BREAKDOWN_COLUMNS: tuple[str, ...] = tuple(
     str(name)
@@ -93,6 +97,10 @@ class Breakdown:
     records: int | None = None
     bytes: int | None = None
     errors: int = 0
+    #: The exception types of its failed operations and steps (``error`` where none was said).
+    error_types: set[str] = field(default_factory=set)
+    #: Failed participants of a ``per_kind`` row not listed under it (past ``FAILED_LISTED``).
+    errors_unlisted: int = 0
     #: The worker process of a multi-worker participant (its row sits under the participant's).
     worker: int | None = None
     #: Operations and steps of unknown duration (the process's clock went back during one):
@@ -100,6 +108,18 @@ class Breakdown:
     unknown: set[str] = field(default_factory=set)
     #: How many participants a row of ``per_kind`` stands for (0: one participant's own row).
     folded: int = 0
+
+    @property
+    def errors_said(self) -> str:
+        """`` (1 error: RuntimeError)``, `` (12 errors, 4 participants not listed)`` on a folded
+        kind's row, or ``""`` without errors: the words after the participant's name."""
+        if not self.errors:
+            return ""
+        types = f": {', '.join(sorted(self.error_types))}" if self.error_types and not self.folded else ""
+        unlisted = (
+            f", {counted(self.errors_unlisted, 'participant')} not listed" if self.errors_unlisted else ""
+        )
+        return f" ({counted(self.errors, 'error')}{types}{unlisted})"
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
@@ -118,7 +138,9 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 if (length := duration_ns(event)) is None:
                     row.unknown.add(name)
                 row.ms[name] = row.ms.get(name, 0.0) + (length or 0) / 1e6
-                row.errors += event.outcome == Outcome.ERROR
+                if event.outcome == Outcome.ERROR:
+                    row.errors += 1
+                    row.error_types.add(event.error_type or "error")
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
                 if (
@@ -171,14 +193,15 @@ def fold_columns(rows: list[Breakdown], shown: int = OWN_COLUMNS) -> list[Breakd
 
 def shown_rows(rows: list[Breakdown]) -> list[Breakdown]:
     """``rows`` as a report shows them: past ``FLEET`` participants, one row per kind
-    (``per_kind``), else as they are."""
+    (``per_kind``) and its failed participants' own, else as they are."""
     return per_kind(rows) if len({(r.kind, r.instance) for r in rows}) > FLEET else rows
 
 
 def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
     """A wide fleet's breakdown as one row per kind: each column's longest instance (``ms``),
     records and bytes summed; ``folded`` and the instance field (``x5000 (longest)``) say how
-    many participants were folded."""
+    many participants were folded. Under a kind's row, its first ``FAILED_LISTED`` failed
+    participants' own rows (their workers' too), so who failed is named, never only counted."""
     kinds: dict[str, list[Breakdown]] = {}
     for row in rows:
         kinds.setdefault(row.kind, []).append(row)
@@ -193,6 +216,8 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
         for column in unknown:
             ms.pop(column, None)
         instances = len({row.instance for row in members})
+        failed = list(dict.fromkeys(row.instance for row in members if row.errors))
+        listed = set(failed[:FAILED_LISTED])
         out.append(
             Breakdown(
                 kind,
@@ -203,8 +228,10 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 sum(r.errors for r in members),
                 unknown=unknown,
                 folded=instances,
+                errors_unlisted=len(failed) - len(listed),
             )
         )
+        out.extend(row for row in members if row.instance in listed)
     return out
 
 

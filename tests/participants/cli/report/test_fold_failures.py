@@ -1,7 +1,8 @@
 """A wide fleet's failures are drawn, never folded into a count only (``folding``): a prepare on
 1,000 environment servers where 3 of the fastest failed (two raised, one's step failed) names
-each of them with its error type in the terminal, on the checkpoint's page and on the run page;
-past ``FAILED_DRAWN`` failures the rest are counted ``k more failed``."""
+each of them with its error type in the terminal, on the checkpoint's page and on the run page,
+in the waterfall and in the breakdown; past ``FAILED_DRAWN`` failures (``FAILED_LISTED`` in the
+breakdown) the rest are counted."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ckpt_events.participants.cli.report.html import waterfall_svg
 from ckpt_events.participants.cli.report.model import Span, trace_spans
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.terminal import render_waterfall
+from ckpt_events.participants.cli.report.timeline import FAILED_LISTED, breakdown, shown_rows
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
 
@@ -79,16 +81,22 @@ def _fleet(n: int, failures: dict[str, str], *, parallel: bool = True) -> list[A
             )
         )
     end = max(e.end_ns for e in prepares) + MS
-    return [
-        CollectionFinished(Kind.CONTROLLER, "coordination", T, 1, T0, end, CollectionAction.CHECKPOINT, "k"),
-        CoordinateFinished(Kind.CONTROLLER, "coordination", T, 2, T0, end, Operation.PREPARE, "k", 1),
+    return [  # in the order they finished, as a log holds them
         *prepares,
+        CoordinateFinished(Kind.CONTROLLER, "coordination", T, 2, T0, end, Operation.PREPARE, "k", 1),
+        CollectionFinished(Kind.CONTROLLER, "coordination", T, 1, T0, end, CollectionAction.CHECKPOINT, "k"),
     ]
 
 
 def _named(text: str) -> dict[str, str]:
-    """Each failed instance named in ``text`` with its error type: ``env-1`` -> ``RuntimeError``."""
+    """Each failed instance named in ``text``'s waterfall with its error type: ``env-1`` ->
+    ``RuntimeError``."""
     return dict(re.findall(r"(env-\d+) ✗ (\w+)", text))
+
+
+def _listed(text: str) -> dict[str, str]:
+    """Each failed participant listed in ``text``'s breakdown with its error type."""
+    return dict(re.findall(r"environment/(?:<wbr>)?(env-\d+) \(1 error: (\w+)\)", text))
 
 
 @pytest.mark.parametrize("parallel", [True, False])
@@ -144,8 +152,20 @@ def test_report_command_names_the_failed_participants_everywhere(
     want = {"env-1": "RuntimeError", "env-2": "ValueError", "env-3": "OSError"}
     page, run_page = tmp_path / "c.html", tmp_path / "run.html"
     assert main(["report", str(log), "--checkpoint", "k", "--report", str(page)]) == 0
-    assert _named(capsys.readouterr().out) == want
-    assert _named(page.read_text()) == want
+    out = capsys.readouterr().out
+    assert _named(out) == want and _listed(out) == want
+    assert _named(page.read_text()) == want and _listed(page.read_text()) == want
+    assert "environment x1000 (longest) (3 errors)" in out
     assert main(["report", str(log), "--report", str(run_page)]) == 0
     capsys.readouterr()
     assert _named(run_page.read_text()) == want
+
+
+def test_past_the_bound_the_breakdown_lists_the_first_failed_and_counts_the_rest() -> None:
+    """12 failed participants of 300: the kind's row says ``12 errors, 4 participants not
+    listed`` and the first ``FAILED_LISTED`` follow it, each its own row with its error type."""
+    failures = {f"env-{i}": "TimeoutError" for i in range(0, 24, 2)}
+    rows = shown_rows(breakdown(_fleet(300, failures), "k"))
+    assert [r.instance for r in rows] == ["x300 (longest)", *sorted(failures)[:FAILED_LISTED]]
+    assert rows[0].errors_said == " (12 errors, 4 participants not listed)"
+    assert {r.errors_said for r in rows[1:]} == {" (1 error: TimeoutError)"}

@@ -93,9 +93,12 @@ def test_a_page_of_200_participants_shows_the_terminals_rows_per_kind(
 
     section = _SECTION.search(page)
     assert section is not None
-    rows = {who: _CELL.findall(cells) for who, cells in _ROW.findall(section[0])}
-    assert list(rows) == ["environment x150 (longest) (1 error)", "model x50 (longest)"]
+    rows = {who.replace("<wbr>", ""): _CELL.findall(cells) for who, cells in _ROW.findall(section[0])}
+    # The failed participant is listed under its kind's row, named with its error type.
+    failed = "environment/env-7 (1 error: RuntimeError)"
+    assert list(rows) == ["environment x150 (longest) (1 error)", failed, "model x50 (longest)"]
     assert rows == terminal
+    assert rows.pop(failed)[3:] == ["17", "1,007"]
     # The longest write of each kind, records and bytes summed over every participant.
     header = re.findall(r"<th>(.*?)</th>", section[0])
     assert header == ["participant", "prepare", "commit", "write", "records committed", "bytes written"]
