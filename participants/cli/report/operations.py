@@ -16,11 +16,13 @@ from ckpt_events.participants.cli.report.durations import Durations, median, per
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import Kind
 
-__all__ = ["ROWS_SHOWN", "OperationRow", "operation_rows", "unknown_line"]
+__all__ = ["FAILED_SHOWN", "ROWS_SHOWN", "OperationRow", "operation_rows", "unknown_line"]
 
 #: Rows the table shows: every operation's, then the slowest steps (by max); the rest are
 #: summed in one ``+N more steps`` row (a step named per rollout id made 20,000 rows).
 ROWS_SHOWN: Final = 40
+#: Steps with errors shown before the slowest, whatever their time (``ROWS_SHOWN`` may be passed).
+FAILED_SHOWN: Final = 8
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,20 @@ def operation_rows(found: Durations) -> list[OperationRow]:
 
 
 def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
-    """``rows`` past ``shown``: every operation's row, the slowest steps (by their max, then
-    their count) up to ``shown`` rows, in ``rows``' order, and one last row that sums the rest's
-    counts, errors and unknown spans, with the longest of their max (p50 and p95 of spans
-    apart are not one figure: ``None``). Two or more rows are summed, never one."""
+    """``rows`` past ``shown``: every operation's row, the first ``FAILED_SHOWN`` steps with
+    errors, the slowest steps (by their max, then their count) up to ``shown`` rows, in
+    ``rows``' order, and one last row that sums the rest's counts, errors and unknown spans,
+    with the longest of their max (p50 and p95 of spans apart are not one figure: ``None``).
+    Two or more rows are summed, never one."""
     if len(rows) <= shown:
         return rows
     steps = sorted(
         (r for r in rows if r.step), key=lambda r: (-(r.max_ms or 0.0), -r.count, r.kind, r.operation, r.step)
     )
     keep = {id(r) for r in rows if not r.step}
-    keep.update(id(r) for r in steps[: max(0, shown - len(keep))])
+    # A step that failed keeps its row (the first ``FAILED_SHOWN``), never only a count.
+    keep.update(id(r) for r in [r for r in rows if r.step and r.errors][:FAILED_SHOWN])
+    keep.update(id(r) for r in [r for r in steps if id(r) not in keep][: max(0, shown - len(keep))])
     rest = [r for r in rows if id(r) not in keep]
     if len(rest) < 2:  # ``+1 more steps`` would take the one row's place and hide its name
         return rows

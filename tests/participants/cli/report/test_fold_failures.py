@@ -6,6 +6,7 @@ breakdown) the rest are counted."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from pathlib import Path
@@ -17,13 +18,16 @@ from rich.console import Console
 
 from ckpt_events import CollectionFinished, CoordinateFinished, OperationFinished, StepFinished
 from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.durations import durations
 from ckpt_events.participants.cli.report.folding import FAILED_DRAWN, Folded, waterfall_rows
 from ckpt_events.participants.cli.report.html import waterfall_svg
 from ckpt_events.participants.cli.report.model import Span, trace_spans
+from ckpt_events.participants.cli.report.operations import ROWS_SHOWN, operation_rows
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.terminal import render_waterfall
 from ckpt_events.participants.cli.report.timeline import FAILED_LISTED, breakdown, shown_rows
 from ckpt_events.sinks import JsonLinesSink
+from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import CollectionAction, Kind, Operation, Outcome
 
 MS = 1_000_000
@@ -169,3 +173,21 @@ def test_past_the_bound_the_breakdown_lists_the_first_failed_and_counts_the_rest
     assert [r.instance for r in rows] == ["x300 (longest)", *sorted(failures)[:FAILED_LISTED]]
     assert rows[0].errors_said == " (12 errors, 4 participants not listed)"
     assert {r.errors_said for r in rows[1:]} == {" (1 error: TimeoutError)"}
+
+
+def test_the_operation_table_keeps_a_failed_step_row_past_its_40_rows() -> None:
+    """A commit of 60 own steps, ``own-03`` failed among them (no ok span: no max, so the last
+    by the slowest-first fold): its row is in the table with its error, not summed into
+    ``+N more steps``; the fold counts the rest."""
+    with EventCapture() as capture:
+        agent = capture.telemetry("agent", "agent-0")
+        with agent.operation("commit", checkpoint_id="c1") as op:
+            for i in range(60):
+                with contextlib.suppress(OSError), op.step(f"own-{i:02d}"):
+                    if i == 3:
+                        raise OSError("gone")
+        events = capture.events
+    table = operation_rows(durations(events))
+    assert [(r.step, r.errors) for r in table if r.errors] == [("own-03", 1)]
+    assert len(table) == ROWS_SHOWN + 1 and table[-1].step == "+21 more steps"
+    assert sum(r.count for r in table) == 61
