@@ -14,7 +14,9 @@ import contextlib
 import functools
 import math
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -43,7 +45,7 @@ from ckpt_events.participants.cli.startup import (
     raise_descriptor_limit,
 )
 from ckpt_events.participants.cli.text import escape, say
-from ckpt_events.participants.errors import shown
+from ckpt_events.participants.errors import Interrupted, shown
 from ckpt_events.participants.workloads.registry import KINDS
 from ckpt_events.vocab import resolve_span_groups
 
@@ -465,6 +467,56 @@ def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     return SayingLosses
 
 
+def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
+    """uvicorn's server (``base``, made by ``once_per_interrupt``), keeping the ``Interrupted`` a
+    forced exit ended ``serve()`` with (``forced``) for ``_terminate_said_as_the_forced_exit``."""
+
+    class KeepingTheForcedExit(base):  # type: ignore[misc]  # uvicorn is imported lazily
+        forced: Interrupted | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            try:
+                with super().capture_signals():
+                    yield
+            except Interrupted as exc:
+                self.forced = exc
+                raise
+
+    return KeepingTheForcedExit
+
+
+@contextlib.contextmanager
+def _terminate_said_as_the_forced_exit(server: Any) -> Iterator[None]:
+    """Around ``server.run()``: a SIGTERM once a forced exit has ended ``serve()`` (while
+    ``asyncio.run`` cancels what is left, before the command says its line) ends the command with
+    that exit's ``Interrupted``, its one line said. Its handler was the default again there: the
+    SIGTERM killed the process, what the forced exit cut never said (-15, no line). Any other
+    SIGTERM still ends the process as before (uvicorn stops gracefully on one while serving, and
+    then raises it again: the process ends of it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # as uvicorn does for its signals: only the main thread may set handlers
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        forced = getattr(server, "forced", None)
+        if forced is not None:
+            raise forced
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    except KeyboardInterrupt:
+        # The command now says its line and ends: a SIGTERM is the same stop (it had the line cut).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise
+    finally:
+        if signal.getsignal(signal.SIGTERM) is terminate:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 def _run_server(
     args: argparse.Namespace,
     app: Any,
@@ -493,11 +545,12 @@ def _run_server(
         **server_limits(limits),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = _saying_losses(once_per_interrupt(uvicorn.Server), losses)(config)
+    server = _keeping_the_forced_exit(_saying_losses(once_per_interrupt(uvicorn.Server), losses))(config)
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)
-    server.run(sockets=sockets)
+    with _terminate_said_as_the_forced_exit(server):
+        server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:
         # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.

@@ -1,0 +1,91 @@
+"""A stop signal after a forced exit has ended ``serve()``, before the command has said its line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ckpt_events.participants.cli.fleet import free_port, write_token_file
+from ckpt_events.participants.server.interrupts import REPEATED_SIGNAL
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[3]
+
+#: ``ckpt-events`` sending itself a SIGTERM as ``asyncio.run`` starts its cleanup after uvicorn's
+#: ``serve()`` ended by a forced exit (its lifespan's task left to cancel): a supervisor's SIGTERM
+#: landing in that window, made certain. The cleanup itself still runs, unchanged.
+SIGTERM_AS_SERVE_HAS_ENDED = """
+import asyncio.runners, os, signal, sys
+from ckpt_events.participants.cli.main import main
+
+cleanup = asyncio.runners._cancel_all_tasks
+
+def signalled(loop):
+    if any(t.get_coro().__qualname__.startswith("LifespanOn.") for t in asyncio.all_tasks(loop)):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return cleanup(loop)
+
+asyncio.runners._cancel_all_tasks = signalled
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path: Path) -> None:
+    """Ctrl-C, Ctrl-C again while a request holds the graceful stop, then a SIGTERM as
+    ``asyncio.run`` cleans up after ``serve()``: SIGTERM's handler was the default again there,
+    so the process died of it (-15) and said nothing of the request the forced exit cut. Now the
+    forced exit's line is said, exit 130 (the first signal's)."""
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
+    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    with open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SIGTERM_AS_SERVE_HAS_ENDED, *argv],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, (tmp_path / "err").read_text()
+                assert time.monotonic() < deadline, "serve did not listen within 30 s"
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                    break
+                time.sleep(0.02)
+            with socket.create_connection(("127.0.0.1", port), 5) as held:
+                held.sendall(
+                    b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
+                    b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+                )
+                time.sleep(0.1)
+                os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the graceful stop, held by the request
+                time.sleep(REPEATED_SIGNAL + 0.1)
+                os.kill(proc.pid, signal.SIGINT)  # Ctrl-C again: the exit is forced
+                proc.wait(20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    lines = (tmp_path / "err").read_text().splitlines()
+    assert (proc.returncode, lines) == (
+        130,
+        [
+            "ckpt-events serve: interrupted; a second signal forced the exit: 1 request in flight was cut "
+            "(POST /work/start); the app's lifespan was cancelled before it closed its sinks: events not "
+            "yet written or exported may be lost"
+        ],
+    )
