@@ -19,6 +19,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -469,7 +470,7 @@ def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
 
 def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
     """uvicorn's server (``base``, made by ``once_per_interrupt``), keeping the ``Interrupted`` a
-    forced exit ended ``serve()`` with (``forced``) for ``_terminate_said_as_the_forced_exit``."""
+    forced exit ended ``serve()`` with (``forced``) for ``_stop_signals_said_as_the_forced_exit``."""
 
     class KeepingTheForcedExit(base):  # type: ignore[misc]  # uvicorn is imported lazily
         forced: Interrupted | None = None
@@ -487,34 +488,45 @@ def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
 
 
 @contextlib.contextmanager
-def _terminate_said_as_the_forced_exit(server: Any) -> Iterator[None]:
-    """Around ``server.run()``: a SIGTERM once a forced exit has ended ``serve()`` (while
-    ``asyncio.run`` cancels what is left, before the command says its line) ends the command with
-    that exit's ``Interrupted``, its one line said. Its handler was the default again there: the
-    SIGTERM killed the process, what the forced exit cut never said (-15, no line). Any other
-    SIGTERM still ends the process as before (uvicorn stops gracefully on one while serving, and
-    then raises it again: the process ends of it)."""
+def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
+    """Around ``server.run()``: a SIGINT or SIGTERM once a forced exit has ended ``serve()``
+    (while ``asyncio.run`` cancels what is left, before the command says its line) ends the
+    command with that exit's ``Interrupted``, its one line said. Their handlers were Python's
+    again there: a SIGTERM killed the process, what the forced exit cut never said (-15, no
+    line), a SIGINT's ``KeyboardInterrupt`` took the place of the ``Interrupted`` (the line said
+    only "interrupted", and 130 after a SIGTERM's stop). Any other is handled as before (uvicorn
+    stops gracefully on one while serving, and then raises it again: the process ends of it)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # as uvicorn does for its signals: only the main thread may set handlers
         return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous: dict[int, Any] = {signum: signal.getsignal(signum) for signum in stops}
 
-    def terminate(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         forced = getattr(server, "forced", None)
         if forced is not None:
             raise forced
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
+        before = previous[signum]
+        if callable(before):
+            before(signum, frame)  # Python's for SIGINT: a KeyboardInterrupt
+        elif before != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    for signum in stops:
+        signal.signal(signum, stop)
     try:
         yield
     except KeyboardInterrupt:
-        # The command now says its line and ends: a SIGTERM is the same stop (it had the line cut).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # The command now says its line and ends: another stop signal is the same stop.
+        for signum in stops:
+            signal.signal(signum, signal.SIG_IGN)
         raise
     finally:
-        if signal.getsignal(signal.SIGTERM) is terminate:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        for signum in stops:
+            if signal.getsignal(signum) is stop:
+                before = previous[signum]
+                signal.signal(signum, signal.SIG_DFL if before is None else before)
 
 
 def _run_server(
@@ -549,7 +561,7 @@ def _run_server(
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)
-    with _terminate_said_as_the_forced_exit(server):
+    with _stop_signals_said_as_the_forced_exit(server):
         server.run(sockets=sockets)
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:

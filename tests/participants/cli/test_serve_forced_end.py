@@ -20,9 +20,9 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: ``ckpt-events`` sending itself a SIGTERM as ``asyncio.run`` starts its cleanup after uvicorn's
-#: ``serve()`` ended by a forced exit (its lifespan's task left to cancel): a supervisor's SIGTERM
-#: landing in that window, made certain. The cleanup itself still runs, unchanged.
+#: ``ckpt-events`` sending itself a signal (``$THEN_SIGNAL``) as ``asyncio.run`` starts its cleanup
+#: after uvicorn's ``serve()`` ended by a forced exit (its lifespan's task left to cancel): a
+#: signal landing in that window, made certain. The cleanup itself still runs, unchanged.
 SIGTERM_AS_SERVE_HAS_ENDED = """
 import asyncio.runners, os, signal, sys
 from ckpt_events.participants.cli.main import main
@@ -31,7 +31,7 @@ cleanup = asyncio.runners._cancel_all_tasks
 
 def signalled(loop):
     if any(t.get_coro().__qualname__.startswith("LifespanOn.") for t in asyncio.all_tasks(loop)):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), int(os.environ["THEN_SIGNAL"]))
     return cleanup(loop)
 
 asyncio.runners._cancel_all_tasks = signalled
@@ -39,15 +39,17 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_sigterm_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path: Path) -> None:
-    """Ctrl-C, Ctrl-C again while a request holds the graceful stop, then a SIGTERM as
-    ``asyncio.run`` cleans up after ``serve()``: SIGTERM's handler was the default again there,
-    so the process died of it (-15) and said nothing of the request the forced exit cut. Now the
-    forced exit's line is said, exit 130 (the first signal's)."""
+@pytest.mark.parametrize("then", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path: Path, then: int) -> None:
+    """Ctrl-C, Ctrl-C again while a request holds the graceful stop, then another signal as
+    ``asyncio.run`` cleans up after ``serve()``, the handlers Python's again: a SIGTERM killed
+    the process (-15) and nothing was said of the request the forced exit cut; a SIGINT's
+    ``KeyboardInterrupt`` took the place of the forced exit's, the line only "interrupted". Now
+    the forced exit's line is said, exit 130 (the first signal's)."""
     token = write_token_file(tmp_path / "token", "signal-test-token")
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl"), "THEN_SIGNAL": str(int(then))}
     with open(tmp_path / "err", "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", SIGTERM_AS_SERVE_HAS_ENDED, *argv],
