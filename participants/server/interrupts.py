@@ -59,7 +59,8 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
     """uvicorn's server (``base``), taking a SIGINT within ``REPEATED_SIGNAL`` of the first stop
     signal for that one (uvicorn forces the exit on a second SIGINT); a later one still forces it.
     SIGHUP stops it gracefully as SIGTERM does (and, as after SIGTERM, the process then ends of
-    it), unless it was ignored (``nohup``): then it still is. A forced exit cancels the requests
+    it), unless it was ignored (``nohup``): then it still is. A SIGTERM or SIGHUP once a stop is
+    under way is that stop: the process ends of the first signal. A forced exit cancels the requests
     still running then, on every Python (see the module's docstring), and ``serve()`` then raises
     ``Interrupted`` (the first stop signal's number, what was cut) in place of the signals
     uvicorn would raise again on its way out."""
@@ -114,6 +115,11 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             now = time.monotonic()
             first = self._first_stop
             if first is not None and sig == signal.SIGINT and now - first < REPEATED_SIGNAL:
+                return
+            if first is not None and sig != signal.SIGINT:
+                # A SIGTERM or SIGHUP once a stop is under way is that stop (neither forces it):
+                # uvicorn raised it again first on its way out, so the process ended of it, not
+                # of the first (after a Ctrl-C: -15 or -1, its line never said).
                 return
             if first is None:
                 self._first_stop = now

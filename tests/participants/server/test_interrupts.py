@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -246,3 +248,49 @@ async def test_a_forced_exit_whose_serve_ends_before_the_loop_runs_its_cancellat
         (signal.SIGINT, "1 request in flight was cut (GET /hold)")
     ]
     assert cancels == [1]
+
+
+#: A server stopped by a Ctrl-C and then, while it stops, by ``$THEN_SIGNAL`` (as a supervisor's
+#: SIGTERM, or a terminal closed); how the process ended is its exit status.
+_STOPPED_TWICE = """
+import asyncio, os, signal, socket, sys
+import uvicorn
+from fastapi import FastAPI
+from ckpt_events.participants.server.interrupts import once_per_interrupt
+
+server = once_per_interrupt(uvicorn.Server)(uvicorn.Config(FastAPI(), lifespan="off", log_level="warning"))
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+
+async def main():
+    async def stop():
+        while not server.started:
+            await asyncio.sleep(0.01)
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(int(os.environ["THEN_SIGNAL"]))
+
+    task = asyncio.get_running_loop().create_task(stop())
+    await server.serve([sock])
+    await task
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("then", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_a_ctrl_c_stops_the_server_ends_it_as_the_ctrl_c(then: int) -> None:
+    """Ctrl-C, then a SIGTERM or SIGHUP while the server stops: uvicorn raised both again on its
+    way out, the later first, so the process died of it (-15, -1), the Ctrl-C's line never said;
+    now it ends of the Ctrl-C (130), as the first signal decides the exit elsewhere."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STOPPED_TWICE],
+        check=False,
+        env={**os.environ, "THEN_SIGNAL": str(int(then))},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stderr) == (130, "")
