@@ -107,6 +107,7 @@ from ckpt_events.participants.fastapi.incoming import Incoming
 from ckpt_events.participants.fastapi.lifespan import DEFAULT_SHUTDOWN_TIMEOUT as DEFAULT_SHUTDOWN_TIMEOUT
 from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_ATTRIBUTE
 from ckpt_events.participants.fastapi.lifespan import (
+    Arrival,
     ArrivalMiddleware,
     HeldOperation,
     Instrumented,
@@ -141,13 +142,22 @@ def incoming(request: HTTPConnection) -> Incoming:
     with several ``traceparent`` headers has none valid; no ``received_ns`` once an operation
     of the request ended or its response started); usable as a FastAPI dependency; anything
     else raises ``InvalidTypeError``."""
+    _check_request(request)
+    return _incoming(request, arrival_of(request.scope), waited=True)
+
+
+def _check_request(request: object) -> None:
     if not isinstance(request, HTTPConnection):
         # The app itself (telemetry(app) takes one) was an AttributeError: 'FastAPI' ... 'scope'.
         raise InvalidTypeError(
             f"operation() and incoming() take the handler's Request (or WebSocket), not {shown(request)}; "
             "away from a request, use telemetry(app).operation(...)"
         )
-    arrival = arrival_of(request.scope)
+
+
+def _incoming(request: HTTPConnection, arrival: Arrival | None, *, waited: bool) -> Incoming:
+    """``incoming(request)``, its ``received_ns`` left out unless ``waited`` (and the request
+    still waits: the arrival is no wait once it is over)."""
     headers = request.headers
     parents = headers.getlist("traceparent")
     # Two traceparent headers are no valid one: W3C's test suite expects a new trace (the first
@@ -159,8 +169,7 @@ def incoming(request: HTTPConnection) -> Incoming:
     return Incoming.from_headers(
         traceparent,
         ",".join(states) if states else None,
-        # None once the request's wait is over (see operation()): the arrival is no wait then.
-        received_ns=arrival.received_ns if arrival.waiting else None,
+        received_ns=arrival.received_ns if waited and arrival.waiting else None,
         monitor=arrival.instrumented.monitor,
     )
 
@@ -212,13 +221,17 @@ def operation(
     stopped iterating when the client left) is ended then, outcome ``error`` with
     ``RequestEnded``; an operation meant to outlive its request is
     ``incoming(request).operation(telemetry(request), ...)``."""
-    found = incoming(request)  # first: a wrong type of `request` is an InvalidTypeError
+    _check_request(request)  # first: a wrong type of `request` is an InvalidTypeError
     tel = telemetry(request)
     arrival = arrival_of(request.scope)
     if arrival is None or not tel.enabled:  # a no-op handle records nothing to end
-        return found.operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
+        return _incoming(request, arrival, waited=True).operation(
+            tel, name, checkpoint_id=checkpoint_id, **attributes
+        )
     # Its received_ns is decided as it starts (HeldOperation.__enter__), by the request's wait then.
-    span = found._replace(received_ns=None).operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
+    span = _incoming(request, arrival, waited=False).operation(
+        tel, name, checkpoint_id=checkpoint_id, **attributes
+    )
     return HeldOperation(span, arrival)
 
 
