@@ -1,7 +1,9 @@
 """One interrupt, one stop: uvicorn's server for ``serve`` and for a worker's own port.
 
 uvicorn takes a second SIGINT for a second Ctrl-C and forces the exit: requests in flight are
-cut, and ``serve``'s lifespan is cancelled before its sinks close. ``timeout -s INT`` and
+cut, and ``serve``'s lifespan is cancelled before its sinks close, unless its shutdown is
+already running: uvicorn then waits for it (``serve``'s sinks close within ``SHUTDOWN_TIMEOUT``,
+2 s), and the force cuts only what is still in flight. ``timeout -s INT`` and
 supervisors signal a process and then its group, so one interrupt often arrives twice, a few
 milliseconds apart; ``once_per_interrupt`` takes a SIGINT that soon after the first stop
 signal for that one. It also takes SIGHUP (the terminal closed, an ssh session dropped) as
