@@ -109,6 +109,7 @@ from ckpt_events.participants.fastapi.lifespan import STATE_ATTRIBUTE as STATE_A
 from ckpt_events.participants.fastapi.lifespan import (
     Arrival,
     ArrivalMiddleware,
+    ArrivedIncoming,
     HeldOperation,
     Instrumented,
     RequestEnded,
@@ -143,7 +144,14 @@ def incoming(request: HTTPConnection) -> Incoming:
     of the request ended or its response started); usable as a FastAPI dependency; anything
     else raises ``InvalidTypeError``."""
     _check_request(request)
-    return _incoming(request, arrival_of(request.scope), waited=True)
+    arrival = arrival_of(request.scope)
+    found = _incoming(request, arrival, waited=True)
+    if arrival is None:
+        return found
+    # Its operations end the request's wait as operation(request)'s do.
+    arrived = ArrivedIncoming._make(found)
+    arrived.arrival = arrival
+    return arrived
 
 
 def _check_request(request: object) -> None:

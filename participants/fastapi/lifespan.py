@@ -10,7 +10,7 @@ import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Final
@@ -28,6 +28,7 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.checks import library_logger
+from ckpt_events.participants.fastapi.incoming import Incoming
 from ckpt_events.participants.fastapi.server_log import escaped
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
@@ -37,6 +38,7 @@ __all__ = [
     "STATE_ATTRIBUTE",
     "Arrival",
     "ArrivalMiddleware",
+    "ArrivedIncoming",
     "Instrumented",
     "RequestEnded",
     "ResponseStartMiddleware",
@@ -374,6 +376,43 @@ class HeldOperation:
             "StreamingResponse's generator the server stopped iterating when its client left)"
         )
         self._operation.__exit__(RequestEnded, ended, None)
+
+
+class ArrivedIncoming(Incoming):
+    """``incoming(request)`` of an instrumented app's request: an operation made from it ends the
+    request's wait as it ends, as ``operation(request)``'s does (``Arrival.wait_over``): an
+    ``operation(request)`` after a 100 ms ``incoming(request).operation(...)`` read "queued
+    100 ms". The arrival is an attribute, not a field: the tuple stays ``Incoming``'s four."""
+
+    arrival: Arrival | None = None  # None on a copy (``_replace``): its operations end no wait
+
+    def operation(
+        self, tel: Telemetry, name: str, *, checkpoint_id: str | None = None, **attributes: Any
+    ) -> AbstractContextManager[OperationSpan]:
+        made = super().operation(tel, name, checkpoint_id=checkpoint_id, **attributes)
+        arrival = self.arrival
+        if arrival is None or not tel.enabled:  # a no-op handle records nothing
+            return made
+        return _EndingTheWaitOnExit(made, arrival)
+
+
+class _EndingTheWaitOnExit:
+    """An operation of ``ArrivedIncoming``: its end ends its request's wait."""
+
+    __slots__ = ("_arrival", "_operation")
+
+    def __init__(self, operation: AbstractContextManager[OperationSpan], arrival: Arrival) -> None:
+        self._operation = operation
+        self._arrival = arrival
+
+    def __enter__(self) -> OperationSpan:
+        return self._operation.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._arrival.wait_over()
+        self._operation.__exit__(exc_type, exc, tb)
 
 
 class ArrivalMiddleware:

@@ -16,7 +16,7 @@ from fastapi import BackgroundTasks, FastAPI, Request, WebSocket
 from fastapi.responses import StreamingResponse
 
 from ckpt_events import OperationFinished
-from ckpt_events.participants.fastapi import incoming, instrument, operation
+from ckpt_events.participants.fastapi import incoming, instrument, operation, telemetry
 from ckpt_events.testing import MemorySink
 
 #: What the first operation (or the handler before the response) spends: read as "queued" by
@@ -68,6 +68,13 @@ def _app(sink: MemorySink, *, base_http_middleware: bool) -> FastAPI:
 
         await asyncio.gather(one("gather-a", WORK_S), one("gather-b", 2 * WORK_S))
 
+    @app.post("/after-incoming")
+    async def after_incoming(request: Request) -> None:
+        with incoming(request).operation(telemetry(request), "prepare", checkpoint_id="by-incoming"):
+            await anyio.sleep(WORK_S)
+        with operation(request, "commit", checkpoint_id="after-incoming"):
+            pass
+
     @app.post("/incoming")
     async def late_incoming(request: Request) -> dict[str, bool]:
         early = incoming(request).received_ns is not None
@@ -96,13 +103,16 @@ async def _served(app: FastAPI, path: str) -> httpx.Response:
         ("/stream", {"stream": False}),  # was: the handler's 30 ms
         ("/gather", {"gather-a": True, "gather-b": True}),  # both began before either ended
         ("/incoming", {"incoming": True}),
+        # was: after-incoming "queued 31 ms", the first operation's time
+        ("/after-incoming", {"by-incoming": True, "after-incoming": False}),
     ],
 )
 async def test_only_operations_begun_before_any_ended_wait_from_the_arrival(
     path: str, waited: dict[str, bool], base_http_middleware: bool
 ) -> None:
-    """An operation begun after another of its request ended, or after the response started
-    (``BackgroundTasks``, a ``StreamingResponse``'s body, with or without ``BaseHTTPMiddleware``),
+    """An operation begun after another of its request ended (one of ``operation(request)`` or
+    of ``incoming(request).operation(...)``), or after the response started (``BackgroundTasks``,
+    a ``StreamingResponse``'s body, with or without ``BaseHTTPMiddleware``),
     has no ``received_ns``; concurrent ones begun first all have the arrival."""
     sink = MemorySink()
     before = time.time_ns()
