@@ -29,6 +29,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     drawn_extent,
     outside,
+    queued_alone,
     trace_spans,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
@@ -156,24 +157,30 @@ def _span_row(
     s: Span, parent: Span | None, y: int, x: Callable[[int], float], fills: Mapping[str, str], *, bold: bool
 ) -> list[str]:
     """A span's row: its label (bold on the critical path), the transit and queueing around a
-    participant's handler of a controller's call (``parent``), its bar and its duration."""
+    participant's handler of a controller's call (``parent``), or its queueing alone at the root
+    (``queued_alone``), its bar and its duration."""
     out = []
     indent = 4 + 14 * s.depth
     weight = ' font-weight="bold"' if bold else ""
     out.append(f'<text x="{indent}" y="{y + 14}"{weight}>{_label_text(_label(s), indent)}</text>')
+    gaps: tuple[tuple[int, int, str], ...] = ()
     if s.participant and parent is not None and parent.client:
         arrived = s.received_ns if s.received_ns is not None else s.start_ns
-        for a, b, what in (
+        gaps = (
             (parent.start_ns, arrived, "request transit"),
             (arrived, s.start_ns, "queued in participant"),
             (s.end_ns, parent.end_ns, "reply transit"),
-        ):
-            if b > a:
-                out.append(
-                    f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
-                    f'height="6" fill="{colour_of(s.who, fills)}" opacity="0.3"><title>{what}: '
-                    f"{(b - a) / 1e6:.2f} ms</title></rect>"
-                )
+        )
+    elif (queued := queued_alone(s)) is not None:
+        # No caller in the logs to draw its call: its wait in the server is drawn all the same.
+        gaps = ((*queued, "queued in participant"),)
+    for a, b, what in gaps:
+        if b > a:
+            out.append(
+                f'<rect class="gap" x="{x(a):.1f}" y="{y + 7}" width="{max(0.5, x(b) - x(a)):.1f}" '
+                f'height="6" fill="{colour_of(s.who, fills)}" opacity="0.3"><title>{what}: '
+                f"{(b - a) / 1e6:.2f} ms</title></rect>"
+            )
     fill = _ERROR if s.error else colour_of(s.who, fills)
     # JSON escapes every control character (ensure_ascii), so the attribute holds none.
     details = escape_html(json.dumps(s.details, default=str))

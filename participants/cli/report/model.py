@@ -6,7 +6,9 @@ start order, with every field of each event kept for hover details (the critical
 part, by priority:
 
 1. a participant's handler (its operation span);
-2. queued inside a participant (request arrived, ``received_ns``, handler not yet started);
+2. queued inside a participant (request arrived, ``received_ns``, handler not yet started),
+   also before the root when the root is a participant's own operation (``queued_alone``): the
+   sweep then begins at its request's arrival;
 3. transit, request on its way: from the calling controller span's start to the
    participant's ``received_ns``;
 4. transit, replies and waiting: the rest of a controller span that calls participants (a
@@ -64,6 +66,7 @@ __all__ = [
     "drawn_extent",
     "finished_spans",
     "outside",
+    "queued_alone",
     "trace_spans",
 ]
 
@@ -236,11 +239,34 @@ OUTSIDE_BAR: Final = "outside the checkpoint's time: not drawn"
 def drawn_extent(spans: list[Span]) -> tuple[int, int]:
     """The time a waterfall of ``spans`` draws: its roots' own (start, end), else, with a root of
     unknown duration or none, every span's. A span stamped by a clock that stepped sits outside
-    it: every span's scaled a 55 ms checkpoint's axis to an hour (3,600,043.4 ms)."""
+    it: every span's scaled a 55 ms checkpoint's axis to an hour (3,600,043.4 ms). A root that
+    queued (``queued_alone``) is drawn from its request's arrival."""
     roots = [s for s in spans if s.depth == 0]
     if not roots or not all(s.known for s in roots):
         roots = spans
-    return min(s.start_ns for s in roots), max(s.end_ns for s in roots)
+    return min(_arrived(s) for s in roots), max(s.end_ns for s in roots)
+
+
+def queued_alone(span: Span) -> tuple[int, int] | None:
+    """(arrival, start) of a participant's operation drawn at the root of its trace (no caller in
+    the logs: a user's own server, or a caller whose log was not given) that waited in its server
+    before its handler began; ``None`` when it did not, its arrival is unknown (``received_ns``
+    absent: unknown, never 0) or its duration is. Under a controller's call, the call draws it."""
+    if (
+        span.depth == 0
+        and span.participant
+        and span.known
+        and span.received_ns is not None
+        and span.received_ns < span.start_ns
+    ):
+        return span.received_ns, span.start_ns
+    return None
+
+
+def _arrived(span: Span) -> int:
+    """When ``span``'s time begins on a waterfall: its request's arrival if it queued alone."""
+    queued = queued_alone(span)
+    return span.start_ns if queued is None else queued[0]
 
 
 def outside(span: Span, extent: tuple[int, int]) -> bool:
@@ -397,6 +423,11 @@ def attribute(spans: list[Span]) -> Attribution | None:
     by_id = {s.span_id: s for s in spans}
     # (priority, label, start, end): a lower priority number wins an instant.
     intervals: list[tuple[int, str, int, int]] = []
+    if (queued := queued_alone(root)) is not None:
+        # A participant's root operation waited from its request's arrival: that wait was outside
+        # the sweep (150 ms behind a slow middleware, a 23.8 ms restore said nothing of it).
+        lo = queued[0]
+        intervals.append((2, QUEUED, *queued))
     for s in spans:
         if s is root:
             continue

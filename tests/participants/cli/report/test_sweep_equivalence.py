@@ -29,6 +29,10 @@ def _old_parts(spans: list[Span]) -> dict[str, float]:
     lo, hi = root.start_ns, root.end_ns
     by_id = {s.span_id: s for s in spans}
     intervals: list[tuple[int, str, int, int]] = []
+    if root.participant and root.known and root.received_ns is not None and root.received_ns < lo:
+        # A participant's root operation's own wait, from its arrival (added after the sweep).
+        intervals.append((2, QUEUED, root.received_ns, lo))
+        lo = root.received_ns
     for s in spans:
         if s is root:
             continue

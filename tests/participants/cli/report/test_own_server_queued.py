@@ -1,0 +1,109 @@
+"""``ckpt-events report`` says how long a request waited in a user's own server before its
+operation began (``received_ns`` to start), when no controller's call in the logs frames it: the
+operation is the root of its trace (no caller) or its caller's log was not given. A real FastAPI
+app, a slow middleware ahead of the handler, served under httpx's ASGI transport, writing a real
+JSON-lines log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from starlette.middleware.base import RequestResponseEndpoint
+from starlette.responses import Response
+
+from ckpt_events import OperationFinished
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.model import Span, attribute, drawn_extent
+from ckpt_events.participants.fastapi import instrument, operation
+from ckpt_events.sinks import read_events
+
+#: What the middleware holds each request before the handler runs (seconds).
+_HELD = 0.1
+#: A caller's trace context whose span is in no log given.
+_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _app(log: Path) -> FastAPI:
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+
+    @app.middleware("http")
+    async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        await anyio.sleep(_HELD)  # an auth check, a rate limiter: the request waits here
+        return await call_next(request)
+
+    @app.post("/checkpoint/restore")
+    async def restore(request: Request) -> dict[str, int]:
+        body = await request.json()
+        with operation(request, "restore", checkpoint_id=body["checkpoint_id"]) as op:
+            with op.step("read"):
+                await anyio.sleep(0.01)
+        return {"records": 0}
+
+    return app
+
+
+async def _serve(log: Path, headers: dict[str, str]) -> None:
+    app = _app(log)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            reply = await client.post("/checkpoint/restore", json={"checkpoint_id": "c1"}, headers=headers)
+            assert reply.status_code == 200
+
+
+def _figures(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
+
+
+@pytest.mark.parametrize("headers", [{}, {"traceparent": _CALLER}], ids=["root", "caller-not-in-logs"])
+def test_a_request_that_waited_before_its_operation_shows_its_wait(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], headers: dict[str, str]
+) -> None:
+    """A restore held 100 ms by a middleware: the report said ``11.2 ms total, 11.2 ms in
+    participants' handlers`` and drew no wait, as if it never queued. Its line now gives the
+    wait (``queued``) in a total from the request's arrival, the waterfall shades it ``▒`` and
+    the HTML page draws it as a ``queued in participant`` segment, as under a controller's call."""
+    log = tmp_path / "events.jsonl"
+    anyio.run(_serve, log, headers)
+    (restore,) = [e for _, e in read_events(log) if isinstance(e, OperationFinished)]
+    assert restore.received_ns is not None
+    waited = (restore.start_ns - restore.received_ns) / 1e6
+    ran = (restore.end_ns - restore.start_ns) / 1e6
+    assert waited >= _HELD * 1000
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [r for r in out.splitlines() if " total, " in r]
+    assert _figures(line) == [
+        pytest.approx(waited + ran, abs=0.1),
+        pytest.approx(ran, abs=0.05),
+        pytest.approx(waited, abs=0.05),
+    ]
+    assert " queued " in line
+    (title,) = [r for r in out.splitlines() if "waterfall (" in r]
+    assert _figures(title) == [pytest.approx(waited + ran, abs=0.1)]
+    (row,) = [r for r in out.splitlines() if r.lstrip().startswith("restore judge-0")]
+    bar = row.split(maxsplit=3)[3]
+    # The wait is most of the drawn time, shaded before the handler's bar.
+    assert bar.lstrip().startswith("▒") and bar.count("▒") > 3 * bar.count("█") > 0
+    html = page.read_text()
+    (queued,) = re.findall(r"<title>queued in participant: ([\d.]+) ms</title>", html)
+    assert float(queued) == pytest.approx(waited, abs=0.01)
+
+
+def test_an_operation_of_unknown_wait_says_no_wait() -> None:
+    """A participant's root operation with no ``received_ns`` (its wait unknown: begun after
+    another of its request) is given no queued time, never 0, and is drawn from its start."""
+    start = 1_764_000_000_000_000_000
+    root = Span("gym.checkpoint.restore", "judge/judge-0", start, start + 5_000_000, 0, False, span_id=1)
+    attribution = attribute([root])
+    assert attribution is not None and not attribution.coordinated
+    assert attribution.total_ms == attribution.handlers_ms == 5.0
+    assert "queued" not in attribution.line() and "queued in participants" not in attribution.parts
+    assert drawn_extent([root]) == (start, start + 5_000_000)
