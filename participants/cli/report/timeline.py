@@ -111,13 +111,15 @@ class Breakdown:
 
     @property
     def errors_said(self) -> str:
-        """`` (1 error: RuntimeError)``, `` (12 errors, 4 participants not listed)`` on a folded
+        """`` (1 error: RuntimeError)``, `` (12 errors; 4 failed participants not listed)`` on a folded
         kind's row, or ``""`` without errors: the words after the participant's name."""
         if not self.errors:
             return ""
         types = f": {', '.join(sorted(self.error_types))}" if self.error_types and not self.folded else ""
         unlisted = (
-            f", {counted(self.errors_unlisted, 'participant')} not listed" if self.errors_unlisted else ""
+            f"; {counted(self.errors_unlisted, 'failed participant')} not listed"
+            if self.errors_unlisted
+            else ""
         )
         return f" ({counted(self.errors, 'error')}{types}{unlisted})"
 

@@ -171,7 +171,7 @@ def test_past_the_bound_the_breakdown_lists_the_first_failed_and_counts_the_rest
     failures = {f"env-{i}": "TimeoutError" for i in range(0, 24, 2)}
     rows = shown_rows(breakdown(_fleet(300, failures), "k"))
     assert [r.instance for r in rows] == ["x300 (longest)", *sorted(failures)[:FAILED_LISTED]]
-    assert rows[0].errors_said == " (12 errors, 4 participants not listed)"
+    assert rows[0].errors_said == " (12 errors; 4 failed participants not listed)"
     assert {r.errors_said for r in rows[1:]} == {" (1 error: TimeoutError)"}
 
 
