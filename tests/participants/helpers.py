@@ -126,3 +126,40 @@ def _key(rollout_id: str, attempt: int) -> str:
 async def post_json(client: httpx.AsyncClient, path: str, payload: dict[str, Any]) -> httpx.Response:
     """``client.post(path, json=payload)``, in a form ``start_soon`` can call."""
     return await client.post(path, json=payload)
+
+
+async def spoken_websocket(
+    app: FastAPI, path: str, texts: int = 0, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """``app``'s websocket route at ``path`` spoken to as uvicorn does (its lifespan run around
+    it): a connect, ``texts`` text messages, then a disconnect once the route reads past them.
+    What the app sent, and the wall clock (ns) just before the connect."""
+    inbox: list[dict[str, Any]] = [
+        {"type": "websocket.connect"},
+        *({"type": "websocket.receive", "text": "grade"} for _ in range(texts)),
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "scheme": "ws",
+        "query_string": b"",
+        "headers": [(b"host", b"judge"), *(headers or [])],
+        "client": ("127.0.0.1", 1),
+        "server": ("judge", 80),
+        "subprotocols": [],
+    }
+    async with app.router.lifespan_context(app):
+        before = time.time_ns()
+        await app(scope, receive, send)
+    return sent, before

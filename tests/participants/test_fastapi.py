@@ -48,6 +48,7 @@ from ckpt_events.participants.fastapi.lifespan import _CLOSE_GRACE_S as CLOSE_GR
 from ckpt_events.sinks import read_events
 from ckpt_events.testing import CLOCK_START_NS, EventCapture, MemorySink
 from tests.loop_gaps import ticking
+from tests.participants.helpers import spoken_websocket
 from tests.sinks.test_hostile_collector import Hostile
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -209,31 +210,7 @@ async def test_a_websocket_route_runs_operations_too() -> None:
         await websocket.send_text(f"{brought.parent == parse_traceparent(TRACEPARENT)}")
         await websocket.close()
 
-    inbox = [{"type": "websocket.connect"}]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "websocket",
-        "asgi": {"version": "3.0"},
-        "path": "/grade",
-        "raw_path": b"/grade",
-        "root_path": "",
-        "scheme": "ws",
-        "query_string": b"",
-        "headers": [(b"host", b"judge"), (b"traceparent", TRACEPARENT.encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("judge", 80),
-        "subprotocols": [],
-    }
-    async with app.router.lifespan_context(app):
-        before = time.time_ns()
-        await app(scope, receive, send)
+    sent, before = await spoken_websocket(app, "/grade", headers=[(b"traceparent", TRACEPARENT.encode())])
     assert [m["type"] for m in sent] == ["websocket.accept", "websocket.send", "websocket.close"]
     assert sent[1]["text"] == "True"
     (finished,) = sink.of_type(OperationFinished)

@@ -18,6 +18,7 @@ from fastapi.responses import StreamingResponse
 from ckpt_events import OperationFinished
 from ckpt_events.participants.fastapi import incoming, instrument, operation, telemetry
 from ckpt_events.testing import MemorySink
+from tests.participants.helpers import spoken_websocket
 
 #: What the first operation (or the handler before the response) spends: read as "queued" by
 #: the operation after it, before the fix (a 300 ms first operation: "queued 301 ms").
@@ -150,34 +151,7 @@ async def test_a_websocket_s_connect_is_the_wait_of_its_first_operation_only() -
             await websocket.send_text("ok")
         await websocket.close()
 
-    inbox: list[dict[str, Any]] = [
-        {"type": "websocket.connect"},
-        *({"type": "websocket.receive", "text": "grade"} for _ in range(3)),
-    ]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "websocket",
-        "asgi": {"version": "3.0"},
-        "path": "/grade",
-        "raw_path": b"/grade",
-        "root_path": "",
-        "scheme": "ws",
-        "query_string": b"",
-        "headers": [(b"host", b"judge")],
-        "client": ("127.0.0.1", 1),
-        "server": ("judge", 80),
-        "subprotocols": [],
-    }
-    async with app.router.lifespan_context(app):
-        before = time.time_ns()
-        await app(scope, receive, send)
+    sent, before = await spoken_websocket(app, "/grade", texts=3)
     assert [m["type"] for m in sent] == ["websocket.accept", *["websocket.send"] * 3, "websocket.close"]
     first, *rest = sorted(sink.of_type(OperationFinished), key=lambda e: e.start_ns)
     assert first.checkpoint_id == "ws-0"
