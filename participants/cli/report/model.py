@@ -19,7 +19,13 @@ part, by priority:
    (a user's server with no controller: nothing called it that the logs hold), its time outside
    its steps is its handler's, never unattributed.
 
-The parts add up to the root's duration exactly. Nothing here draws.
+A trace with several top-level spans (two requests that came with one caller's ``traceparent``,
+the caller in no log given) is swept over what its waterfall draws (``drawn_extent``): from the
+first one's arrival to the last one's end. Each top-level span counts as the root does for its own
+descendants, and a participant's handler running wins an instant over another request's wait; an
+instant in none of them is ``between top-level operations``, never a participant's.
+
+The parts add up to the swept time exactly. Nothing here draws.
 
 A span's duration is read from one clock, its own process's (``events.duration_ns``): never
 from two processes' stamps. When that clock went back during the span (its end stamped before its
@@ -77,6 +83,9 @@ QUEUED = "queued in participants"
 TRANSIT = "transit"
 CONTROLLER = "controller"
 UNATTRIBUTED = "unattributed"
+BETWEEN = "between top-level operations"
+#: The root's own time loses every instant to any other part (``attribute``'s item 6).
+_LAST: Final = 100
 
 
 @dataclass(frozen=True)
@@ -331,6 +340,9 @@ class Attribution:
     #: Why where its time went is unknown (``None``: it is known): a participant's operation sits
     #: outside the controller's call it answered, by stamps a clock stepped between.
     unknown: str | None = None
+    #: How many top-level spans the trace holds, and the time in none of them when several.
+    roots: int = 1
+    between_ms: float = 0.0
 
     @property
     def unattributed_share(self) -> float:
@@ -344,12 +356,22 @@ class Attribution:
     def line(self) -> str:
         """``N ms total, M ms in participants' handlers, K ms transit/queue, L ms controller, U ms
         unattributed (S%)``; for a trace with no controller's span, ``N ms total, M ms in
-        participants' handlers`` (and the time queued, if any) and that it has no controller."""
+        participants' handlers`` (and the time queued, if any) and that it has no controller. With
+        several top-level spans, the time in none of them (``G ms between them``)."""
+        # Said only when there is such time, as the time queued: several that overlap have none.
+        between = ""
+        if self.roots > 1 and self.between_ms > 0:
+            # Without a controller the parenthesis names them: "between them" there.
+            them = f"its {self.roots} top-level spans" if self.coordinated else "them"
+            between = f", {milliseconds(self.between_ms)} between {them}"
         if not self.coordinated:
             queued = f", {milliseconds(self.transit_ms)} queued" if self.transit_ms > 0 else ""
+            whose = "a participant's own operation"
+            if self.roots > 1:
+                whose = f"{self.roots} top-level operations of participants"
             return (
                 f"{milliseconds(self.total_ms)} total, {milliseconds(self.handlers_ms)} in participants' "
-                f"handlers{queued} (a participant's own operation: no controller's span in its trace)"
+                f"handlers{queued}{between} ({whose}: no controller's span in its trace)"
             )
         if self.unknown is not None:
             return f"{milliseconds(self.total_ms)} total; where it went unknown: {self.unknown}"
@@ -360,7 +382,7 @@ class Attribution:
             f"{milliseconds(self.handlers_ms)} in participants' handlers, "
             f"{milliseconds(self.transit_ms)} transit/queue, "
             f"{milliseconds(self.controller_ms)} controller, "
-            f"{milliseconds(self.unattributed_ms)} unattributed{share}"
+            f"{milliseconds(self.unattributed_ms)} unattributed{share}{between}"
         )
 
     def parts_line(self) -> str:
@@ -414,7 +436,8 @@ def _piece_labels(
 
 
 def attribute(spans: list[Span]) -> Attribution | None:
-    """Sweep the root's time (the first span at depth 0) into parts; ``None`` without spans."""
+    """Sweep the root's time into parts (the longest top-level span names it); with several
+    top-level spans, the time their waterfall draws (``drawn_extent``); ``None`` without spans."""
     roots = [s for s in spans if s.depth == 0]
     if not roots:
         return None
@@ -428,8 +451,13 @@ def attribute(spans: list[Span]) -> Attribution | None:
         # the sweep (150 ms behind a slow middleware, a 23.8 ms restore said nothing of it).
         lo = queued[0]
         intervals.append((2, QUEUED, *queued))
+    if len(roots) > 1:
+        # The line swept the longest one alone while the waterfall drew them all: two sequential
+        # restores read '22.2 ms total' over a 'waterfall (69.4 ms)'.
+        lo, hi = drawn_extent(spans)
+        intervals = _top_level(spans)
     for s in spans:
-        if s is root:
+        if s.depth == 0:
             continue
         if s.participant:
             intervals.append((1, HANDLERS, s.start_ns, s.end_ns))
@@ -451,7 +479,7 @@ def attribute(spans: list[Span]) -> Attribution | None:
     parts_ns: dict[str, int] = {}
     # A participant's operation at the root ran its handler all along: its time outside its
     # steps was read as unattributed (55.6 ms restore, no steps: 100% unattributed).
-    uncovered = HANDLERS if root.participant else UNATTRIBUTED
+    uncovered = BETWEEN if len(roots) > 1 else HANDLERS if root.participant else UNATTRIBUTED
     for (a, b), covered in zip(itertools.pairwise(cuts), _piece_labels(intervals, cuts, lo, hi), strict=True):
         label = uncovered if covered is None else covered
         parts_ns[label] = parts_ns.get(label, 0) + (b - a)
@@ -473,7 +501,63 @@ def attribute(spans: list[Span]) -> Attribution | None:
         checkpoint_id=root.checkpoint_id,
         coordinated=not all(s.participant for s in spans),
         unknown=unknown,
+        roots=len(roots),
+        between_ms=total(BETWEEN),
     )
+
+
+def _top_level(spans: list[Span]) -> list[tuple[int, str, int, int]]:
+    """The intervals of each top-level span of ``spans`` as a root of its own: its request's wait
+    (``queued_alone``) queued; a controller's unattributed and a participant's its handler's, at
+    the lowest priority. A participant's handler outside its own descendants' waits and transits
+    wins over another request's wait: it was running then (three overlapping restores' handlers
+    read 30.3 ms of a waterfall that drew one running for 33 ms)."""
+    by_id = {s.span_id: s for s in spans}
+    # Each span's top-level ancestor, parents first (a parent is one level up).
+    top: dict[int, Span] = {}
+    below: dict[int, list[Span]] = {}
+    for s in sorted(spans, key=lambda s: s.depth):
+        parent = by_id.get(s.parent_span_id or -1)
+        ancestor = s if s.depth == 0 else None if parent is None else top.get(id(parent))
+        if ancestor is not None:
+            top[id(s)] = ancestor
+            if ancestor is not s:
+                below.setdefault(id(ancestor), []).append(s)
+    out: list[tuple[int, str, int, int]] = []
+    for root in (s for s in spans if s.depth == 0):
+        if (queued := queued_alone(root)) is not None:
+            out.append((2, QUEUED, *queued))
+        out.append((_LAST, HANDLERS if root.participant else UNATTRIBUTED, root.start_ns, root.end_ns))
+        if root.participant:
+            holes = sorted(_waits(below.get(id(root), []), by_id))
+            out.extend((1, HANDLERS, a, b) for a, b in _minus((root.start_ns, root.end_ns), holes))
+    return out
+
+
+def _waits(below: list[Span], by_id: dict[int, Span]) -> Iterator[tuple[int, int]]:
+    """The time of ``below`` that is not a handler: participants' waits, transits, controllers."""
+    for s in below:
+        if s.participant:
+            if s.received_ns is not None and s.received_ns < s.start_ns:
+                yield s.received_ns, s.start_ns
+            parent = by_id.get(s.parent_span_id or -1)
+            if s.received_ns is not None and parent is not None and parent.client:
+                yield parent.start_ns, s.received_ns
+        else:
+            yield s.start_ns, s.end_ns
+
+
+def _minus(whole: tuple[int, int], holes: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The stretches of ``whole`` outside every one of ``holes`` (sorted by start)."""
+    at, end = whole
+    for a, b in holes:
+        if a > at:
+            yield at, min(a, end)
+        at = max(at, b)
+        if at >= end:
+            return
+    if at < end:
+        yield at, end
 
 
 #: A participant's operation this far (ns) outside the call it answered, as the report's clocks

@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ckpt_events.participants.cli.report.model import (
+    BETWEEN,
     CONTROLLER,
     HANDLERS,
     QUEUED,
@@ -19,12 +20,41 @@ from ckpt_events.participants.cli.report.model import (
     UNATTRIBUTED,
     Span,
     attribute,
+    drawn_extent,
 )
 from ckpt_events.participants.cli.report.paths import S, Section, _tree, _unknown_duration, _walk
 
 
+def _waiting(root: Span, spans: list[Span], by_id: dict[int, Span], mid: float) -> bool:
+    """Whether a descendant of ``root`` waits, is in transit or is a controller's at ``mid``."""
+    for s in spans:
+        up = s
+        for _ in range(len(spans)):  # up the parents to ``s``'s top-level span
+            if up.depth == 0:
+                break
+            parent = by_id.get(up.parent_span_id or -1)
+            if parent is None:
+                break
+            up = parent
+        if s is root or up is not root:
+            continue
+        parent = by_id.get(s.parent_span_id or -1)
+        if not s.participant:
+            waits = [(s.start_ns, s.end_ns)]
+        elif s.received_ns is None:
+            waits = []
+        else:
+            waits = [(s.received_ns, s.start_ns)]
+            if parent is not None and parent.client:
+                waits.append((parent.start_ns, s.received_ns))
+        if any(a <= mid < b for a, b in waits):
+            return True
+    return False
+
+
 def _old_parts(spans: list[Span]) -> dict[str, float]:
-    """``attribute``'s parts as its scan of every interval per cut made them (before ffb5fbb)."""
+    """``attribute``'s parts as its scan of every interval per cut made them (before ffb5fbb);
+    with several top-level spans, as the rules of ``attribute`` say, scanned the same way."""
     root = max((s for s in spans if s.depth == 0), key=lambda s: s.end_ns - s.start_ns)
     lo, hi = root.start_ns, root.end_ns
     by_id = {s.span_id: s for s in spans}
@@ -33,8 +63,17 @@ def _old_parts(spans: list[Span]) -> dict[str, float]:
         # A participant's root operation's own wait, from its arrival (added after the sweep).
         intervals.append((2, QUEUED, root.received_ns, lo))
         lo = root.received_ns
+    roots = [s for s in spans if s.depth == 0]
+    if len(roots) > 1:
+        # Several top-level spans: the time their waterfall draws, each a root of its own.
+        lo, hi = drawn_extent(spans)
+        intervals = []
+        for r in roots:
+            if r.participant and r.known and r.received_ns is not None and r.received_ns < r.start_ns:
+                intervals.append((2, QUEUED, r.received_ns, r.start_ns))
+            intervals.append((100, HANDLERS if r.participant else UNATTRIBUTED, r.start_ns, r.end_ns))
     for s in spans:
-        if s is root:
+        if s.depth == 0:
             continue
         if s.participant:
             intervals.append((1, HANDLERS, s.start_ns, s.end_ns))
@@ -50,10 +89,17 @@ def _old_parts(spans: list[Span]) -> dict[str, float]:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
     cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
     parts_ns: dict[str, int] = {}
-    uncovered = HANDLERS if root.participant else UNATTRIBUTED
+    uncovered = BETWEEN if len(roots) > 1 else HANDLERS if root.participant else UNATTRIBUTED
     for a, b in itertools.pairwise(cuts):
         mid = (a + b) / 2
         covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
+        if len(roots) > 1:
+            # A participant's top-level handler runs where none of its own descendants waits.
+            covering += [
+                (1, HANDLERS)
+                for r in roots
+                if r.participant and r.start_ns <= mid < r.end_ns and not _waiting(r, spans, by_id, mid)
+            ]
         label = min(covering)[1] if covering else uncovered
         parts_ns[label] = parts_ns.get(label, 0) + (b - a)
     parts = {label: ns / 1e6 for label, ns in parts_ns.items()}

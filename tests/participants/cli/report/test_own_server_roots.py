@@ -1,0 +1,185 @@
+"""``ckpt-events report`` on a trace with several top-level operations: requests to a user's own
+server that came with one caller's ``traceparent``, the caller in no log given. The line explains
+the time the waterfall draws (the first arrival to the last end), every millisecond once, the time
+between the requests named as such. Real FastAPI apps under httpx's ASGI transport, writing real
+JSON-lines logs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from starlette.middleware.base import RequestResponseEndpoint
+from starlette.responses import Response
+
+from ckpt_events import OperationFinished
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.model import Span, attribute, drawn_extent
+from ckpt_events.participants.fastapi import instrument, operation
+from ckpt_events.sinks import read_events
+
+#: A caller's trace context whose span is in no log given.
+_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _app(log: Path, *, held: float, kind: str = "judge", downstream: FastAPI | None = None) -> FastAPI:
+    """A restore of ``ms`` (its body's) milliseconds, each request held ``held`` s before its
+    handler; with ``downstream``, the restore calls that app's restore in its trace."""
+    app = FastAPI()
+    instrument(app, kind=kind, instance=f"{kind}-0", jsonl_path=str(log))
+
+    @app.middleware("http")
+    async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        await anyio.sleep(held)  # an auth check, a rate limiter: the request waits here
+        return await call_next(request)
+
+    @app.post("/checkpoint/restore")
+    async def restore(request: Request) -> dict[str, int]:
+        body = await request.json()
+        with operation(request, "restore", checkpoint_id="c1") as op:
+            with op.step("read"):
+                await anyio.sleep(body["ms"] / 1000)
+            if downstream is not None:
+                transport = httpx.ASGITransport(app=downstream)
+                async with httpx.AsyncClient(transport=transport, base_url="http://store") as client:
+                    headers = {"traceparent": op.traceparent()}
+                    reply = await client.post("/checkpoint/restore", json={"ms": 2}, headers=headers)
+                    assert reply.status_code == 200
+        return {"records": 0}
+
+    return app
+
+
+async def _serve(app: FastAPI, durations: list[int], *, overlap: bool) -> None:
+    """One request per duration, all with ``_CALLER``: together (each 5 ms after the last) or
+    one after another (20 ms apart)."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+
+            async def one(ms: int) -> None:
+                headers = {"traceparent": _CALLER}
+                reply = await client.post("/checkpoint/restore", json={"ms": ms}, headers=headers)
+                assert reply.status_code == 200
+
+            async with anyio.create_task_group() as tg:
+                for ms in durations:
+                    if overlap:
+                        tg.start_soon(one, ms)
+                        await anyio.sleep(0.005)
+                    else:
+                        await one(ms)
+                        await anyio.sleep(0.02)
+
+
+def _figures(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
+
+
+def _report(logs: list[Path], page: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str, str, str]:
+    """The terminal's attribution line and waterfall title, the page's line and waterfall title."""
+    assert main(["report", *map(str, logs), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [r for r in out.splitlines() if " total, " in r]
+    (title,) = [r for r in out.splitlines() if "waterfall (" in r]
+    html = page.read_text()
+    (page_line,) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', html)
+    (page_title,) = re.findall(r'<text x="4" y="16"[^>]*>([^<]*)</text>', html)
+    return line, title, page_line, page_title
+
+
+@pytest.mark.parametrize(
+    ("durations", "overlap", "held"),
+    [([10, 20], False, 0.0), ([10, 20, 5], False, 0.02), ([30, 10, 20], True, 0.02)],
+    ids=["two-one-after-another", "three-one-after-another-held", "three-together-held"],
+)
+def test_requests_sharing_a_caller_are_explained_over_what_the_waterfall_draws(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    durations: list[int],
+    overlap: bool,
+    held: float,
+) -> None:
+    """Two restores 20 ms apart under one caller read ``21.6 ms total`` (the longer one alone)
+    over a ``waterfall (67.5 ms)``; three together, ``52.1 ms`` over ``53.9 ms``. The line's total
+    is now the waterfall's, on the terminal and the page, from the first arrival to the last end,
+    its parts adding up to it, the time between the requests said as such, never as a handler's."""
+    log = tmp_path / "events.jsonl"
+    anyio.run(lambda: _serve(_app(log, held=held), durations, overlap=overlap))
+    ops = [e for _, e in read_events(log) if isinstance(e, OperationFinished)]
+    assert len(ops) == len(durations) and len({e.trace_id for e in ops}) == 1
+    first = min(e.start_ns if e.received_ns is None else e.received_ns for e in ops)
+    drawn_ms = (max(e.end_ns for e in ops) - first) / 1e6
+    line, title, page_line, page_title = _report([log], tmp_path / "x.html", capsys)
+    total, handlers, *rest = _figures(line)
+    assert total == pytest.approx(drawn_ms, abs=0.05)
+    assert _figures(title) == _figures(page_title) == [total]
+    assert _figures(page_line) == _figures(line)
+    assert total == pytest.approx(handlers + sum(rest), abs=0.2)  # each figure rounded to 0.05
+    assert f"({len(durations)} top-level operations of participants: " in line
+    assert handlers >= max(durations)  # at least the longest handler ran all along
+    if overlap:
+        assert " between them" not in line  # one of them ran or waited all along
+    else:
+        # At least the pauses between one reply and the next request, never a handler's time.
+        assert re.search(r", ([\d.]+) ms between them", line)
+        between = float(re.findall(r", ([\d.]+) ms between them", line)[0])
+        assert between >= 20 * (len(durations) - 1) - 0.5
+        assert handlers < total - between + 0.05
+
+
+def test_another_process_s_wait_under_one_of_several_requests_is_queued(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two requests to a judge that each call a store held 30 ms, both logs given: the line read
+    one request's ``49.7 ms total`` over a ``waterfall (119.8 ms)``. It now explains the drawn
+    time, the store's waits queued (as under one request), the pause between them named."""
+    judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
+    store = _app(store_log, held=0.03, kind="store")
+    judge = _app(judge_log, held=0.0, downstream=store)
+
+    async def both() -> None:
+        async with store.router.lifespan_context(store):
+            await _serve(judge, [5, 5], overlap=False)
+
+    anyio.run(both)
+    line, title, page_line, page_title = _report([judge_log, store_log], tmp_path / "x.html", capsys)
+    total, handlers, queued, between = _figures(line)
+    assert _figures(title) == _figures(page_title) == [total]
+    assert _figures(page_line) == _figures(line)
+    assert queued >= 2 * 30 - 0.5  # each store request's wait behind its middleware
+    assert between >= 20 - 0.5
+    assert total == pytest.approx(handlers + queued + between, abs=0.2)
+
+
+def _root(start_ms: float, end_ms: float, span_id: int, *, arrived_ms: float | None = None) -> Span:
+    at = 1_764_000_000_000_000_000
+    received = None if arrived_ms is None else at + int(arrived_ms * 1e6)
+    return Span(
+        "gym.checkpoint.restore",
+        "judge/judge-0",
+        at + int(start_ms * 1e6),
+        at + int(end_ms * 1e6),
+        0,
+        False,
+        span_id=span_id,
+        received_ns=received,
+    )
+
+
+def test_a_handler_running_wins_over_another_request_s_wait() -> None:
+    """Two overlapping requests: while one's handler runs the other waits: handler time, once;
+    the instants before the first handler began are queued; a single root is swept as before."""
+    a = _root(10, 40, 1, arrived_ms=0)  # waited 0-10, ran 10-40
+    b = _root(30, 50, 2, arrived_ms=5)  # waited 5-30 (the handler of a ran 10-30), ran 30-50
+    attribution = attribute([a, b])
+    assert attribution is not None
+    assert (attribution.total_ms, attribution.handlers_ms, attribution.transit_ms) == (50.0, 40.0, 10.0)
+    assert attribution.between_ms == 0.0 and attribution.roots == 2
+    assert drawn_extent([a, b]) == (a.received_ns, b.end_ns)
+    alone = attribute([a])
+    assert alone is not None and (alone.total_ms, alone.handlers_ms, alone.roots) == (40.0, 30.0, 1)
