@@ -9,7 +9,14 @@ are laid out on as few threads as nest them: ``main`` (``w<i>`` for worker ``i``
 multi-worker participant), then ``main 2``, ``main 3``... for spans that overlap without
 nesting, each named by a ``thread_name`` event. A flow arrow (``ph: "s"`` on the controller's
 call, ``ph: "f"`` with ``bp: "e"`` on the participant's operation, one shared ``id``) joins each
-controller call span to the operation it caused. Each counted event (refusals by code, lease
+controller call span to the operation it caused. A participant's operation whose request waited in
+its server before the operation began (``received_ns`` known and before its start, its duration
+known) has the wait as a complete event of its own (``cat: "queued"``, named ``queued: <operation>``)
+from the arrival to the start, on the operation's thread when nothing else of that thread begins
+or ends within the wait, else on the first of its worker's threads where nothing does (a thread
+``main 3``... of its own when none is free); an unknown arrival draws nothing, never a zero-length
+slice. The flow arrow of a call lands on the wait (the request's arrival: ``bp: "e"`` binds it to
+the slice that encloses it there), else on the operation. Each counted event (refusals by code, lease
 expiries by phase, not-ready prepares and their blockers, cut generations by disposition,
 stalls by operation) is a counter (``ph: "C"``) on its participant's process, its running
 totals as ``args``. The file is strict JSON: a value JSON cannot hold (an attribute of NaN or
@@ -18,6 +25,7 @@ infinity) is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,6 +84,17 @@ def _lanes(spans: list[Span]) -> list[int]:
     return out
 
 
+def _waits(spans: list[tuple[int, Span]]) -> dict[int, tuple[int, int]]:
+    """(arrival, start) by index into ``spans`` of each participant's operation that waited in its
+    server before it began. Its arrival unknown (``received_ns`` absent), not before its start, or
+    its duration unknown (its process's clock went back): no wait, never a zero-length one."""
+    return {
+        index: (s.received_ns, s.start_ns)
+        for index, (_, s) in enumerate(spans)
+        if s.participant and s.known and s.received_ns is not None and s.received_ns < s.start_ns
+    }
+
+
 def _json_value(value: Any) -> Any:
     """``value``, or its name for a float JSON cannot hold. ``json.dumps`` wrote NaN and Infinity
     bare, which JSON has no place for: a strict parser (the browser's, behind chrome://tracing)
@@ -112,24 +131,30 @@ def trace_events(events: Iterable[Event]) -> list[dict[str, Any]]:
     counted: list[tuple[PointEvent, list[tuple[str, str, int]]]] = [
         (e, c) for e in events if isinstance(e, _POINTS) and (c := _counted(e))
     ]
+    waits = _waits(spans)
     instants = [s.start_ns for _, s in spans] + [e.time_ns for e, _ in counted]
+    instants += [arrived for arrived, _ in waits.values()]
     if not instants:
         return []
     origin = min(instants)
     pids: dict[str, int] = {"controller": _CONTROLLER_PID}
-    tids, threads = _threads(spans, pids)
+    tids, wait_tids, threads = _threads(spans, waits, pids)
     out, placed = _complete_events(spans, origin, pids, tids)
-    flows = _flows(spans, placed)
+    queued = _queued_events(spans, waits, origin, placed, wait_tids)
+    flows = _flows(spans, placed, queued)
     # After the spans: a process that only counted gets the next pid.
     counters = _counters(counted, origin, pids)
-    return _metadata(pids, threads) + out + flows + counters
+    return _metadata(pids, threads) + out + list(queued.values()) + flows + counters
 
 
 def _threads(
-    spans: list[tuple[int, Span]], pids: dict[str, int]
-) -> tuple[dict[int, int], list[tuple[int, int, str]]]:
-    """Each span's tid (by its index in ``spans``) and every thread (pid, tid, name): each
-    worker's spans on as few lanes as nest them. Gives each span's process a pid in ``pids``."""
+    spans: list[tuple[int, Span]], waits: Mapping[int, tuple[int, int]], pids: dict[str, int]
+) -> tuple[dict[int, int], dict[int, int], list[tuple[int, int, str]]]:
+    """Each span's tid (by its index in ``spans``), each wait's tid (by its operation's index) and
+    every thread (pid, tid, name): each worker's spans on as few lanes as nest them, then each
+    wait on a lane where it nests (``_lane_of_wait``). Gives each span's process a pid in ``pids``.
+    The waits are laid out after the spans and a lane of waits alone takes a tid after every
+    thread of its process: every span keeps the thread it has without them."""
     by_track: dict[tuple[int, int | None], list[int]] = {}  # (pid, worker) -> indexes into spans
     for index, (_, s) in enumerate(spans):
         process, worker = _track(s)
@@ -137,15 +162,49 @@ def _threads(
     tids: dict[int, int] = {}  # index into spans -> tid
     threads: list[tuple[int, int, str]] = []
     next_tid: dict[int, int] = {}
+    # (pid, base name, tid of each lane, endpoints of each lane's slices, indexes of its waits)
+    tracks: list[tuple[int, str, list[int], list[list[int]], list[int]]] = []
     for (pid, worker), indexes in sorted(by_track.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
         base = "main" if worker is None else f"w{worker}"
         lanes = _lanes([spans[i][1] for i in indexes])
         first = next_tid.get(pid, 0)
         next_tid[pid] = first + max(lanes) + 1
         threads += [(pid, first + n, base if n == 0 else f"{base} {n + 1}") for n in range(max(lanes) + 1)]
+        points: list[list[int]] = [[] for _ in range(max(lanes) + 1)]
         for i, lane in zip(indexes, lanes, strict=True):
             tids[i] = first + lane
-    return tids, threads
+            points[lane] += (spans[i][1].start_ns, spans[i][1].end_ns)
+        for lane_points in points:
+            lane_points.sort()
+        track_tids = [first + n for n in range(max(lanes) + 1)]
+        tracks.append((pid, base, track_tids, points, [i for i in indexes if i in waits]))
+    wait_tids: dict[int, int] = {}  # index of the operation in spans -> its wait's tid
+    for pid, base, track_tids, points, waiting in tracks:
+        for i in waiting:
+            lane = _lane_of_wait(waits[i], track_tids.index(tids[i]), points)
+            if lane == len(points):
+                points.append([])
+                track_tids.append(next_tid[pid])
+                threads.append((pid, next_tid[pid], f"{base} {lane + 1}"))
+                next_tid[pid] += 1
+            bisect.insort(points[lane], waits[i][0])
+            bisect.insort(points[lane], waits[i][1])
+            wait_tids[i] = track_tids[lane]
+    return tids, wait_tids, threads
+
+
+def _lane_of_wait(wait: tuple[int, int], own: int, points: list[list[int]]) -> int:
+    """The lane for a wait (arrival, start): its operation's lane (``own``) when no slice of it
+    begins or ends strictly within the wait, else the first such lane, else a new one
+    (``len(points)``). Every slice of such a lane is then apart from the wait or encloses it, so
+    the lane still nests; its operation begins where it ends. Two searches per lane tried."""
+    arrived, started = wait
+    candidates: list[int] = [own, *range(len(points))]
+    for lane in candidates:
+        endpoints = points[lane]
+        if bisect.bisect_right(endpoints, arrived) == bisect.bisect_left(endpoints, started):
+            return lane
+    return len(points)
 
 
 def _complete_events(
@@ -170,21 +229,59 @@ def _complete_events(
     return out, placed
 
 
+def _queued_events(
+    spans: list[tuple[int, Span]],
+    waits: Mapping[int, tuple[int, int]],
+    origin: int,
+    placed: Mapping[tuple[int, int], dict[str, Any]],
+    wait_tids: Mapping[int, int],
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """A complete event (``cat: "queued"``) per wait, in its operation's order, by the operation's
+    (trace id, span id): from the request's arrival to the operation's start, by that process's
+    clock, on the operation's process."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for index, (arrived, started) in waits.items():
+        trace, s = spans[index]
+        operation = placed[(trace, s.span_id)]
+        out[(trace, s.span_id)] = {
+            "name": f"queued: {s.short}",
+            "cat": "queued",
+            "ph": "X",
+            "ts": (arrived - origin) / 1e3,
+            "dur": (started - arrived) / 1e3,
+            "pid": operation["pid"],
+            "tid": wait_tids[index],
+            "args": {
+                "who": s.who,
+                "trace_id": operation["args"].get("trace_id"),
+                "operation_span_id": operation["args"].get("span_id"),
+                "received_ns": arrived,
+                "start_ns": started,
+                "queued_ms": round((started - arrived) / 1e6, 3),
+            },
+        }
+    return out
+
+
 def _flows(
-    spans: list[tuple[int, Span]], placed: Mapping[tuple[int, int], dict[str, Any]]
+    spans: list[tuple[int, Span]],
+    placed: Mapping[tuple[int, int], dict[str, Any]],
+    queued: Mapping[tuple[int, int], dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """A flow arrow (``s`` then ``f``) from each controller call to the operation it caused."""
+    """A flow arrow (``s`` then ``f``) from each controller call to the operation it caused: to
+    its wait when it waited, where the request arrived (the arrow is the request's transit)."""
     flows: list[dict[str, Any]] = []
     for trace, s in spans:
         parent = placed.get((trace, s.parent_span_id or -1))
         if not s.participant or parent is None or parent["cat"] != "controller":
             continue
         child = placed[(trace, s.span_id)]
+        lands = queued.get((trace, s.span_id), child)
         flow_id = len(flows) // 2 + 1
         common = {"name": f"{parent['name']} -> {child['name']}", "cat": "call", "id": flow_id}
         flows.append({**common, "ph": "s", "ts": parent["ts"], "pid": parent["pid"], "tid": parent["tid"]})
         flows.append(
-            {**common, "ph": "f", "bp": "e", "ts": child["ts"], "pid": child["pid"], "tid": child["tid"]}
+            {**common, "ph": "f", "bp": "e", "ts": lands["ts"], "pid": lands["pid"], "tid": lands["tid"]}
         )
     return flows
 
@@ -221,7 +318,8 @@ def _metadata(pids: Mapping[str, int], threads: list[tuple[int, int, str]]) -> l
 
 
 def write_perfetto(path: Path, events: Sequence[Event]) -> int:
-    """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}``; the number of complete events."""
+    """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}``; the number of spans written (the
+    complete events other than waits)."""
     rows = trace_events(events)
     path.write_text(json.dumps({"traceEvents": rows, "displayTimeUnit": "ms"}, default=str))
-    return sum(1 for r in rows if r["ph"] == "X")
+    return sum(1 for r in rows if r["ph"] == "X" and r["cat"] != "queued")

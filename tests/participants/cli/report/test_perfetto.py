@@ -42,8 +42,9 @@ async def test_a_demo_runs_perfetto_trace_has_what_perfetto_needs(tmp_path: Path
     assert "Chrome Trace Event JSON" in out.getvalue()
     events = [e for _, e in read_events(log) if not isinstance(e, CorruptLine)]
     rows = json.loads(trace.read_text())["traceEvents"]
-    complete = [r for r in rows if r["ph"] == "X"]
+    complete = [r for r in rows if r["ph"] == "X" and r["cat"] != "queued"]
     assert len(complete) == len(finished_spans(events)) > 0
+    waits = _waits_match_their_operations(rows, complete)
     for r in complete:
         assert isinstance(r["ts"], float) and r["ts"] >= 0 and r["dur"] >= 0
         assert isinstance(r["pid"], int) and isinstance(r["tid"], int) and r["name"]
@@ -63,8 +64,11 @@ async def test_a_demo_runs_perfetto_trace_has_what_perfetto_needs(tmp_path: Path
     assert len(starts) == sum(1 for r in rows if r["ph"] == "s")  # ids are unique
 
     def at(flow: dict[str, Any]) -> list[dict[str, Any]]:
+        """The slices where ``flow`` is: a wait stands for its operation (the request arrived)."""
         place = (flow["pid"], flow["tid"], flow["ts"])
-        return [r for r in complete if (r["pid"], r["tid"], r["ts"]) == place]
+        return [
+            waits.get(id(r), r) for r in rows if r["ph"] == "X" and (r["pid"], r["tid"], r["ts"]) == place
+        ]
 
     for flow_id, start in starts.items():
         end = ends[flow_id]
@@ -139,6 +143,23 @@ def test_report_and_jsonl_paths_that_cannot_be_written_are_refused_before_any_wo
     assert info.value.code == 2
     assert f"cannot write {str(bad.with_suffix('.jsonl'))!r}" in capsys.readouterr().err
     assert not workdir.exists()  # the demo never started
+
+
+def _waits_match_their_operations(
+    rows: list[dict[str, Any]], spans: list[dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """Each wait (``cat: "queued"``) ends where its operation (by span id) begins, on its
+    process, as long as the log's ``received_ns`` to ``start_ns``: the operation by ``id()`` of
+    the wait's row."""
+    by_id = {(r["args"]["trace_id"], r["args"].get("span_id")): r for r in spans}
+    out: dict[int, dict[str, Any]] = {}
+    for wait in (r for r in rows if r["ph"] == "X" and r["cat"] == "queued"):
+        op = by_id[(wait["args"]["trace_id"], wait["args"]["operation_span_id"])]
+        assert wait["pid"] == op["pid"] and wait["dur"] > 0
+        assert wait["dur"] == (op["args"]["start_ns"] - op["args"]["received_ns"]) / 1e3
+        assert wait["ts"] + wait["dur"] == pytest.approx(op["ts"], abs=1e-3)
+        out[id(wait)] = op
+    return out
 
 
 def _nested(rows: list[dict[str, Any]]) -> None:
@@ -260,8 +281,13 @@ async def test_report_of_a_stall_run_exports_every_span_of_every_checkpoint(
     assert main(["report", str(log), "--report", str(trace)]) == 0
     assert f"{len(spans)} spans of the whole run" in capsys.readouterr().out
     rows = json.loads(trace.read_text())["traceEvents"]
-    complete = [r for r in rows if r["ph"] == "X"]
+    complete = [r for r in rows if r["ph"] == "X" and r["cat"] != "queued"]
     assert len(complete) == len(spans)
+    waits = _waits_match_their_operations(rows, complete)
+    waited = [
+        e for e in spans if isinstance(e, OperationFinished) and (e.received_ns or e.start_ns) < e.start_ns
+    ]
+    assert len(waits) == len(waited) > 0
     assert len({r["args"]["trace_id"] for r in complete}) == len({e.trace_id for e in spans}) >= 4
     _nested(rows)
     assert any(r["ph"] == "C" and r["name"] == "prepare_not_ready" for r in rows)
