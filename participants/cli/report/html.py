@@ -29,7 +29,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     drawn_extent,
     outside,
-    queued_alone,
+    queued_on_row,
     trace_spans,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
@@ -157,8 +157,8 @@ def _span_row(
     s: Span, parent: Span | None, y: int, x: Callable[[int], float], fills: Mapping[str, str], *, bold: bool
 ) -> list[str]:
     """A span's row: its label (bold on the critical path), the transit and queueing around a
-    participant's handler of a controller's call (``parent``), or its queueing alone at the root
-    (``queued_alone``), its bar and its duration."""
+    participant's handler of a controller's call (``parent``), or its queueing alone, at the root
+    or called by another participant (``queued_on_row``), its bar and its duration."""
     out = []
     indent = 4 + 14 * s.depth
     weight = ' font-weight="bold"' if bold else ""
@@ -171,8 +171,9 @@ def _span_row(
             (arrived, s.start_ns, "queued in participant"),
             (s.end_ns, parent.end_ns, "reply transit"),
         )
-    elif (queued := queued_alone(s)) is not None:
-        # No caller in the logs to draw its call: its wait in the server is drawn all the same.
+    elif (queued := queued_on_row(s, parent)) is not None:
+        # No controller's call to draw it (no caller in the logs, or a participant called it):
+        # its wait in the server, counted as queued, is drawn all the same.
         gaps = ((*queued, "queued in participant"),)
     for a, b, what in gaps:
         if b > a:

@@ -24,7 +24,7 @@ from ckpt_events.participants.cli.report.model import (
     checkpoint_and_restore,
     drawn_extent,
     outside,
-    queued_alone,
+    queued_on_row,
     trace_spans,
 )
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
@@ -262,8 +262,9 @@ def render_waterfall(
             _paint(bar, "░", col(parent.start_ns), col(arrived))
             _paint(bar, "▒", col(arrived), col(s.start_ns))
             _paint(bar, "░", col(s.end_ns), col(parent.end_ns) + 1)
-        elif (queued := queued_alone(s)) is not None:
-            # No caller in the logs to draw its call: its wait in the server is drawn all the same.
+        elif (queued := queued_on_row(s, parent)) is not None:
+            # No controller's call to draw it (no caller in the logs, or a participant called it):
+            # its wait in the server, counted as queued, is drawn all the same.
             bar.stylize(colour_of(s.who, colours), col(queued[0]), col(queued[1]) + 1)
             _paint(bar, "▒", col(queued[0]), col(queued[1]))
         _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))

@@ -28,9 +28,9 @@ _HELD = 0.1
 _CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-def _app(log: Path) -> FastAPI:
+def _app(log: Path, kind: str = "judge") -> FastAPI:
     app = FastAPI()
-    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+    instrument(app, kind=kind, instance=f"{kind}-0", jsonl_path=str(log))
 
     @app.middleware("http")
     async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
@@ -107,3 +107,75 @@ def test_an_operation_of_unknown_wait_says_no_wait() -> None:
     assert attribution.total_ms == attribution.handlers_ms == 5.0
     assert "queued" not in attribution.line() and "queued in participants" not in attribution.parts
     assert drawn_extent([root]) == (start, start + 5_000_000)
+
+
+def _caller(log: Path, store: FastAPI, *, from_step: bool) -> FastAPI:
+    """A judge whose restore calls ``store``'s restore with its step's (or operation's)
+    ``traceparent``: the store's operation is a participant's child, no controller's call."""
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+
+    async def call(traceparent: str | None) -> None:
+        assert traceparent is not None
+        transport = httpx.ASGITransport(app=store)
+        async with httpx.AsyncClient(transport=transport, base_url="http://store") as client:
+            reply = await client.post(
+                "/checkpoint/restore", json={"checkpoint_id": "c1"}, headers={"traceparent": traceparent}
+            )
+            assert reply.status_code == 200
+
+    @app.post("/checkpoint/restore")
+    async def restore(request: Request) -> dict[str, int]:
+        with operation(request, "restore", checkpoint_id="c1") as op:
+            with op.step("read") as step:
+                await anyio.sleep(0.005)
+                if from_step:
+                    await call(step.traceparent())
+            if not from_step:
+                await call(op.traceparent())
+        return {"records": 0}
+
+    return app
+
+
+@pytest.mark.parametrize("from_step", [False, True], ids=["operation-calls", "step-calls"])
+def test_a_participant_called_by_a_participant_has_its_wait_drawn_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], from_step: bool
+) -> None:
+    """A judge's restore calls a store held 100 ms by a middleware, both logs given: the line said
+    ``queued`` for the store's wait but its row drew no ``▒`` (only a controller's call drew one),
+    nor the page a segment; called from the judge's step, the wait was not even counted (``47.3 ms
+    in participants' handlers, 6.5 ms queued``: the step's). It is now counted, shaded before the
+    store's bar and drawn as a ``queued in participant`` segment, as under a controller's call."""
+    judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
+    store = _app(store_log, "store")
+    judge = _caller(judge_log, store, from_step=from_step)
+
+    async def serve() -> None:
+        async with store.router.lifespan_context(store), judge.router.lifespan_context(judge):
+            transport = httpx.ASGITransport(app=judge)
+            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+                assert (await client.post("/checkpoint/restore")).status_code == 200
+
+    anyio.run(serve)
+    ops = {e.kind: e for _, e in read_events(store_log) if isinstance(e, OperationFinished)}
+    ops |= {e.kind: e for _, e in read_events(judge_log) if isinstance(e, OperationFinished)}
+    waits = {kind: (e.start_ns - e.received_ns) / 1e6 for kind, e in ops.items() if e.received_ns is not None}
+    assert waits["store"] >= _HELD * 1000
+    page = tmp_path / "x.html"
+    assert main(["report", str(judge_log), str(store_log), "--report", str(page)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [r for r in out.splitlines() if " total, " in r]
+    total, handlers, queued = _figures(line)
+    assert queued == pytest.approx(sum(waits.values()), abs=0.1)
+    assert total == pytest.approx(handlers + queued, abs=0.1)
+    (row,) = [r for r in out.splitlines() if r.lstrip().startswith("restore store-0")]
+    bar = row.split(maxsplit=3)[3]
+    # The store's wait, most of the drawn time, shaded on its own row right before its bar.
+    assert bar.count("▒") > 3 * bar.count("█") > 0
+    assert re.fullmatch(r"\s*▒+█+\s*", bar)
+    segments = [
+        float(ms) for ms in re.findall(r"<title>queued in participant: ([\d.]+) ms</title>", page.read_text())
+    ]
+    assert pytest.approx(waits["store"], abs=0.01) in segments
+    assert sum(segments) == pytest.approx(queued, abs=0.1)
