@@ -386,6 +386,9 @@ class ArrivedIncoming(Incoming):
 
     arrival: Arrival | None = None  # None on a copy (``_replace``): its operations end no wait
 
+    def __repr__(self) -> str:
+        return repr(Incoming._make(self))  # what incoming() is documented to give
+
     def operation(
         self, tel: Telemetry, name: str, *, checkpoint_id: str | None = None, **attributes: Any
     ) -> AbstractContextManager[OperationSpan]:
