@@ -379,12 +379,14 @@ class LaunchError(CommandLineError, RuntimeError):
 class Interrupted(KeyboardInterrupt):
     """A stop signal ended a command: ``signum`` the one that started the stop (SIGINT, SIGTERM),
     reported as a shell reports a process it ended (exit 128 + ``signum``: 130, 143); ``cut``,
-    when a later signal forced the exit, what that cut short, else ``None``."""
+    when a later signal forced the exit, what that cut short, else ``None``; ``stopped``, what
+    the stop itself cut short before (a server's graceful-shutdown deadline), else ``None``."""
 
-    def __init__(self, signum: int, cut: str | None = None) -> None:
-        super().__init__(signum, cut)
+    def __init__(self, signum: int, cut: str | None = None, stopped: str | None = None) -> None:
+        super().__init__(signum, cut, stopped)
         self.signum = signum
         self.cut = cut
+        self.stopped = stopped
 
 
 class DemoFailed(CommandLineError):

@@ -261,8 +261,9 @@ def _interrupted(command: str | None, exc: KeyboardInterrupt) -> int:
     if not isinstance(exc, Interrupted):
         say(f"{name}: interrupted")
         return 130  # 128 + SIGINT, as a shell reports it
+    stopped = "" if exc.stopped is None else f"; {escape(exc.stopped)}"
     cut = "" if exc.cut is None else f"; a second signal forced the exit: {escape(exc.cut)}"
-    say(f"{name}: interrupted{cut}")
+    say(f"{name}: interrupted{stopped}{cut}")
     return 128 + exc.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports it
 
 

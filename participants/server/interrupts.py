@@ -17,13 +17,17 @@ graceful-shutdown deadline (without one, until the request ended), where on 3.11
 
 What a forced exit cut is said once, by the ``Interrupted`` the server then raises (its
 ``cut``: how many requests were in flight, the first few named, and whether the app's lifespan
-was cut before it closed its sinks), where each cut was a line of the log.
+was cut before it closed its sinks), where each cut was a line of the log. So is what the
+graceful-shutdown deadline of a stop by a signal cut (its ``stopped``): uvicorn's own "Cancel N
+running task(s), timeout graceful shutdown exceeded" was an ``ERROR:`` line next to ours after
+a Ctrl-C, and the only line after a SIGTERM or SIGHUP (the process then died of the signal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -38,7 +42,7 @@ from ckpt_events.participants.errors import Interrupted
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "forced_exit_cut", "once_per_interrupt"]
+__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "UVICORN_CANCELS", "forced_exit_cut", "once_per_interrupt"]
 
 #: A second SIGINT this soon after the first is the same interrupt: the same one delivered twice
 #: (``timeout -s INT`` and supervisors signal the process and then its group), or Ctrl-C pressed
@@ -51,6 +55,11 @@ REPEATED_SIGNAL: Final = 1.0
 #: its graceful-shutdown deadline, names that deadline; the two are logged apart).
 FORCED_EXIT: Final = "Task cancelled, the exit was forced"
 
+#: uvicorn's line (its format) saying how many requests it cancels at the graceful deadline.
+UVICORN_CANCELS: Final = "Cancel %s running task(s), timeout graceful shutdown exceeded"
+#: The logger uvicorn says it on.
+_UVICORN_LOGGER: Final = "uvicorn.error"
+
 #: Requests named in the one line of a forced exit; the rest are counted ("and 7 more").
 NAMED_CUTS: Final = 3
 #: Characters of a request's path shown in that line (a path may be up to a request head long).
@@ -60,6 +69,9 @@ _PATH_SHOWN: Final = 60
 def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
     """uvicorn's server (``base``), taking a SIGINT within ``REPEATED_SIGNAL`` of the first stop
     signal for that one (uvicorn forces the exit on a second SIGINT); a later one still forces it.
+    A stop by a signal whose graceful-shutdown deadline cut requests in flight ends ``serve()``
+    with ``Interrupted`` too (its ``stopped``: how many, the first few named), in place of
+    uvicorn's "Cancel N running task(s)" line and of the signal raised again.
     SIGHUP stops it gracefully as SIGTERM does (and, as after SIGTERM, the process then ends of
     it), unless it was ignored (``nohup``): then it still is. A SIGTERM or SIGHUP once a stop is
     under way is that stop: the process ends of the first signal. A forced exit cancels the requests
@@ -73,11 +85,13 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
         _cut: bool = False
         #: The requests the forced exit cancelled ("POST /work/start"; "" for one not known), once forced.
         _cut_requests: list[str] | None = None
+        #: What the graceful-shutdown deadline of a stop by a signal cut, in words, once it has.
+        _deadline_cut: str | None = None
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             with super().capture_signals():
-                with self._hangup_as_terminate():
+                with self._hangup_as_terminate(), self._deadline_said_by_us():
                     yield
                 if self._cut:
                     # Forced: serve() may end before the loop runs the cancellation the signal
@@ -89,6 +103,37 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                     # SIGTERM, the forcing SIGINT went to asyncio's handler (which only cancels)
                     # and the SIGTERM then killed the process, what was cut never said (-15).
                     raise self._forced()
+                if self._deadline_cut is not None:
+                    # As for a forced exit: said in the command's one line, the signal not
+                    # raised again (after a SIGTERM the process died of it, -15, that line unsaid).
+                    raise Interrupted(self._first_signal, stopped=self._deadline_cut)
+
+        @contextlib.contextmanager
+        def _deadline_said_by_us(self) -> Iterator[None]:
+            # First of the logger's filters: ``log_shutdown_cuts_in_one_line``'s rewrites the record.
+            logger = logging.getLogger(_UVICORN_LOGGER)
+            logger.filters.insert(0, self._said_at_the_deadline)
+            try:
+                yield
+            finally:
+                logger.removeFilter(self._said_at_the_deadline)
+
+        def _said_at_the_deadline(self, record: logging.LogRecord) -> bool:
+            """Whether ``record`` is to be logged: not uvicorn's "Cancel N running task(s)" of a
+            stop by a signal, kept (with the requests it cancels, named) for the one line.
+            Asked before uvicorn cancels them: they are still in flight. A stop of the app's own
+            (``should_exit``) leaves it logged: no line of ours follows."""
+            if record.msg != UVICORN_CANCELS or self._first_stop is None:
+                return True
+            args = record.args if isinstance(record.args, tuple) else ()
+            count = args[0] if len(args) == 1 and isinstance(args[0], int) else len(self.server_state.tasks)
+            named = _requests_in_flight(self.server_state.connections)
+            requests = (named + [""] * count)[: max(count, len(named))]
+            deadline = self.config.timeout_graceful_shutdown
+            self._deadline_cut = (
+                f"at the {deadline} s shutdown deadline, {forced_exit_cut(requests, lifespan_cut=False)}"
+            )
+            return False
 
         def _forced(self) -> Interrupted:
             # Asked before ``serve()`` returns: then asyncio.run cancels the lifespan task,
@@ -96,7 +141,7 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             ended = getattr(getattr(self, "lifespan", None), "shutdown_event", None)
             lifespan_cut = ended is not None and not ended.is_set()
             cut = forced_exit_cut(self._cut_requests or [], lifespan_cut=lifespan_cut)
-            return Interrupted(self._first_signal, cut)
+            return Interrupted(self._first_signal, cut, stopped=self._deadline_cut)
 
         @contextlib.contextmanager
         def _hangup_as_terminate(self) -> Iterator[None]:

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, encode
 from ckpt_events.participants.server.connection_guard import ConnectionLimits, guarded_h11
-from ckpt_events.participants.server.interrupts import FORCED_EXIT
+from ckpt_events.participants.server.interrupts import FORCED_EXIT, UVICORN_CANCELS
 
 __all__ = [
     "ACCEPT_LOGGERS",
@@ -146,10 +146,6 @@ def log_resource_exhaustion_once() -> logging.Filter:
     return once
 
 
-#: uvicorn's line (its format) saying how many requests it cancels at the graceful deadline.
-_UVICORN_CANCELS: Final = "Cancel %s running task(s), timeout graceful shutdown exceeded"
-
-
 class _ShutdownCut(logging.Filter):
     """The requests uvicorn cancels at its graceful-shutdown deadline (a prepare still waiting,
     a step still running), in one line per shutdown, with their count: uvicorn's own "Cancel N
@@ -167,7 +163,7 @@ class _ShutdownCut(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info is not None else None
         text = str(record.msg)
-        if text == _UVICORN_CANCELS and isinstance(record.args, tuple) and len(record.args) == 1:
+        if text == UVICORN_CANCELS and isinstance(record.args, tuple) and len(record.args) == 1:
             record.msg = (
                 f"{record.args[0]} request(s) still running at the shutdown deadline "
                 "(timeout_graceful_shutdown) were cancelled"

@@ -113,7 +113,9 @@ RAISED: dict[str, Callable[[], BaseException]] = {
         "checkpoint c1 belongs to run run-2", checkpoint_id="c1", run_id="run-2"
     ),
     "Interrupted": lambda: participant_errors.Interrupted(
-        15, "2 requests in flight were cut (POST /work/start x2)"
+        15,
+        "2 requests in flight were cut (POST /work/start x2)",
+        stopped="at the 2 s shutdown deadline, 1 request in flight was cut (POST /work/advance)",
     ),
 }
 EXCEPTIONS = _public(BaseException)

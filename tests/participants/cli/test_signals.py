@@ -170,6 +170,26 @@ def _serve_holding_a_request(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]
             yield proc
 
 
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
+def test_a_stop_whose_deadline_cuts_a_request_says_it_in_its_one_line(tmp_path: Path, sig: int) -> None:
+    """A stop by a signal while a request holds the graceful shutdown: the request is cut at the
+    2 s deadline. uvicorn said it in a line of its own ("ERROR: 1 request(s) still running at
+    the shutdown deadline ... were cancelled"): next to "interrupted" after a SIGINT (2 lines),
+    alone after a SIGTERM or SIGHUP, the process then dead of the signal (-15, -1). Now one line
+    of ours says it, the request named, exit 128 + the signal (143, 130, 129)."""
+    with _serve_holding_a_request(tmp_path) as proc:
+        lines = _interrupt_and_check(proc, tmp_path, sig)
+    assert (proc.returncode, lines) == (
+        128 + sig,
+        [
+            "ckpt-events serve: interrupted; at the 2 s shutdown deadline, 1 request in flight was cut "
+            "(POST /work/start)"
+        ],
+    )
+
+
 @contextlib.contextmanager
 def _serve_with_workers(tmp_path: Path, workers: int) -> Iterator[tuple[subprocess.Popen[bytes], int, dict]]:
     """``serve environment`` (with ``--workers`` when above 1), listening, its workers connected:
@@ -313,7 +333,10 @@ def test_a_sigint_delivered_twice_at_once_is_one_interrupt_the_shutdown_stays_gr
     err = (tmp_path / "err").read_text()
     assert proc.returncode == 130, err
     assert "lifespan was cancelled" not in err and "the exit was forced" not in err, err
-    assert err.splitlines()[-1] == "ckpt-events serve: interrupted"
+    assert err.splitlines() == [
+        "ckpt-events serve: interrupted; at the 2 s shutdown deadline, 1 request in flight was cut "
+        "(POST /work/start)"
+    ], err
 
 
 def test_ctrl_c_during_the_restore_blames_no_participant(tmp_path: Path) -> None:
