@@ -294,3 +294,86 @@ def test_a_stop_signal_while_a_ctrl_c_stops_the_server_ends_it_as_the_ctrl_c(the
         timeout=30,
     )
     assert (done.returncode, done.stderr) == (130, "")
+
+
+async def _stopped_with_a_request_held(
+    stop: object,
+) -> tuple[list[Interrupted], list[int], list[logging.LogRecord]]:
+    """Serve ``_reading_app`` (a 1 s graceful deadline) with a request still reading its body,
+    stop it with ``stop(server)``; what ``serve()`` raised, the signals raised again, and what
+    ``uvicorn.error`` logged (``log_shutdown_cuts_in_one_line`` installed, as ``serve`` does).
+    The server's own filter is gone once it has stopped: a user's app later served is untouched."""
+    before = list(logging.getLogger(SHUTDOWN_CUT_LOGGER).filters)
+    installed = log_shutdown_cuts_in_one_line()
+    records: list[logging.LogRecord] = []
+    catch = logging.Handler()
+    catch.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger(SHUTDOWN_CUT_LOGGER)
+    logger.addHandler(catch)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        _reading_app(), lifespan="off", log_config=None, timeout_graceful_shutdown=1, **server_limits()
+    )
+    server = once_per_interrupt(uvicorn.Server)(config)
+    raised_again: list[int] = []
+    interrupted: list[Interrupted] = []
+    previous = signal.signal(signal.SIGTERM, lambda sig, frame: raised_again.append(sig))
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                try:
+                    await server.serve([sock])
+                except Interrupted as exc:
+                    interrupted.append(exc)
+
+            tg.start_soon(serve)
+            with anyio.fail_after(10):
+                while not server.started:
+                    await anyio.sleep(0.01)
+            async with await anyio.connect_tcp("127.0.0.1", port) as held:
+                await held.send(
+                    b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                    b"content-length: 100\r\n\r\n{"
+                )
+                await anyio.sleep(0.2)
+                stop(server)  # type: ignore[operator]
+                with anyio.fail_after(5):
+                    await held.receive()  # cut at the deadline: answered 500
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        logger.removeHandler(catch)
+        logger.removeFilter(installed)
+        sock.close()
+    assert logger.filters == [f for f in before if f is not installed]
+    return interrupted, raised_again, records
+
+
+async def test_a_stop_by_a_signal_whose_deadline_cuts_a_request_says_it_once() -> None:
+    """SIGTERM while a request reads its body: cut at the graceful deadline. uvicorn's "Cancel 1
+    running task(s), timeout graceful shutdown exceeded" was an ERROR line of its own, and the
+    SIGTERM raised again then killed the process, nothing of ours said (-15). Now ``serve()``
+    raises ``Interrupted`` saying the cut (the request named), the signal not raised again, and
+    nothing is logged at WARNING or above."""
+    interrupted, raised_again, records = await _stopped_with_a_request_held(
+        lambda server: signal.raise_signal(signal.SIGTERM)
+    )
+    assert [(e.signum, e.stopped, e.cut) for e in interrupted] == [
+        (signal.SIGTERM, "at the 1 s shutdown deadline, 1 request in flight was cut (POST /echo)", None)
+    ]
+    assert raised_again == []
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_stop_of_the_apps_own_whose_deadline_cuts_a_request_leaves_uvicorns_line() -> None:
+    """A stop with no signal (``serve``'s workers' restart budget spent sets ``should_exit``): no
+    line of ours follows, so uvicorn's line of the cut is still logged (in ``serve``'s words)."""
+    interrupted, raised_again, records = await _stopped_with_a_request_held(
+        lambda server: setattr(server, "should_exit", True)
+    )
+    assert (interrupted, raised_again) == ([], [])
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == [
+        "1 request(s) still running at the shutdown deadline (timeout_graceful_shutdown) were cancelled"
+    ]
