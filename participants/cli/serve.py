@@ -487,8 +487,40 @@ def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
     return KeepingTheForcedExit
 
 
+def _ports_cut(app: Any) -> str | None:
+    """What the workers' own ports cut as the server stopped, in words for its one line: how
+    many requests, the first few named with their worker, and the workers that did not say
+    (their cuts unknown, never counted as none); ``None`` if nothing, or no workers."""
+    from ckpt_events.participants.server.interrupts import forced_exit_cut
+
+    cuts = getattr(getattr(app.state, "coordinator", None), "port_cuts", None)
+    if cuts is None:
+        return None
+    said = []
+    if cuts.requests:
+        said.append(f"on its workers' own ports, {forced_exit_cut(cuts.requests, lifespan_cut=False)}")
+    if cuts.unreported:
+        many = len(cuts.unreported) > 1
+        said.append(
+            f"worker{'s' if many else ''} {', '.join(map(str, cuts.unreported))} did not say what "
+            f"{'their' if many else 'its'} own port{'s' if many else ''} cut (not counted)"
+        )
+    return "; ".join(said) or None
+
+
+def _with_ports_cut(exc: Interrupted, app: Any) -> Interrupted:
+    """``exc``, saying what the workers' own ports cut too (after the forced exit's cut if the
+    exit was forced: they were cut after it, as the server's lifespan ended)."""
+    clause = _ports_cut(app)
+    if clause is None:
+        return exc
+    if exc.cut is not None:
+        return Interrupted(exc.signum, f"{exc.cut}; {clause}", exc.stopped)
+    return Interrupted(exc.signum, None, clause if exc.stopped is None else f"{exc.stopped}; {clause}")
+
+
 @contextlib.contextmanager
-def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
+def _stop_signals_said_as_the_forced_exit(server: Any, app: Any) -> Iterator[None]:
     """Around ``server.run()``: a SIGINT or SIGTERM once a forced exit has ended ``serve()``
     (while ``asyncio.run`` cancels what is left, before the command says its line) ends the
     command with that exit's ``Interrupted``, its one line said. Their handlers were Python's
@@ -506,6 +538,10 @@ def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
         forced = getattr(server, "forced", None)
         if forced is not None:
             raise forced
+        if _ports_cut(app) is not None:
+            # uvicorn's stop raising the signal again: nothing cut on the main port, but the
+            # workers' ports cut requests (a SIGTERM ended the process without a word of them).
+            raise Interrupted(signum)
         before = previous[signum]
         if callable(before):
             before(signum, frame)  # Python's for SIGINT: a KeyboardInterrupt
@@ -561,8 +597,13 @@ def _run_server(
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)
-    with _stop_signals_said_as_the_forced_exit(server):
-        server.run(sockets=sockets)
+    try:
+        with _stop_signals_said_as_the_forced_exit(server, app):
+            server.run(sockets=sockets)
+    except Interrupted as exc:
+        # Said as the main port's cuts are: the workers' own ports were cut as the server's
+        # lifespan ended (counted nowhere, the line's count too low).
+        raise _with_ports_cut(exc, app) from None
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:
         # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.

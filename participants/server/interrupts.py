@@ -42,7 +42,14 @@ from ckpt_events.participants.errors import Interrupted
 if TYPE_CHECKING:
     import uvicorn
 
-__all__ = ["FORCED_EXIT", "REPEATED_SIGNAL", "UVICORN_CANCELS", "forced_exit_cut", "once_per_interrupt"]
+__all__ = [
+    "FORCED_EXIT",
+    "REPEATED_SIGNAL",
+    "UVICORN_CANCELS",
+    "cut_in_flight",
+    "forced_exit_cut",
+    "once_per_interrupt",
+]
 
 #: A second SIGINT this soon after the first is the same interrupt: the same one delivered twice
 #: (``timeout -s INT`` and supervisors signal the process and then its group), or Ctrl-C pressed
@@ -192,6 +199,19 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                 task.cancel(msg=FORCED_EXIT)
 
     return OncePerInterrupt
+
+
+def cut_in_flight(server: uvicorn.Server) -> list[str]:
+    """Stop ``server`` taking requests and cancel those it still serves, now (as a forced exit
+    does: their tracebacks are DEBUG records); returns each one cut (``"METHOD /path"``, ``""``
+    for one not known). A ``--workers`` worker's port, as its server stops: those requests were
+    cut as the worker ended, counted nowhere."""
+    server.should_exit = True
+    running = [task for task in server.server_state.tasks if not task.done()]
+    named = _requests_in_flight(server.server_state.connections)
+    for task in running:
+        task.cancel(msg=FORCED_EXIT)
+    return (named + [""] * len(running))[: max(len(running), len(named))]
 
 
 def _requests_in_flight(connections: Iterable[Any]) -> list[str]:

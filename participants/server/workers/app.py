@@ -346,6 +346,9 @@ def create_worker_app(
                     yield
                 finally:
                     coordinator.stopping = True
+                    # Before the socket ends: a worker's port cuts what it still serves as its
+                    # worker ends, and the server's one line counts those cuts too.
+                    await coordinator.shut_down_ports()
                     tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

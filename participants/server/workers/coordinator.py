@@ -27,21 +27,31 @@ from pathlib import Path
 from typing import Final
 
 import anyio
+import msgspec
 from anyio.abc import SocketStream, TaskStatus
 
 from ckpt_events.checks import library_logger
-from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
+from ckpt_events.participants.errors import ProtocolRefusal, WorkerChannelError, check_int, shown
 from ckpt_events.participants.server.workers.channel import DEFAULT_REPLY_SECONDS, FrameChannel, UnknownKind
 from ckpt_events.participants.server.workers.frames import (
     DEFAULT_MAX_FRAME,
     Hello,
     Message,
+    Shutdown,
     Unreadable,
     WorkerState,
 )
 from ckpt_events.vocab import ErrorCode
 
-__all__ = ["ENV_SECRET", "ENV_SOCKET", "HELLO_MAX_FRAME", "MAX_STRANGERS", "WorkerCoordinator"]
+__all__ = [
+    "ENV_SECRET",
+    "ENV_SOCKET",
+    "HELLO_MAX_FRAME",
+    "MAX_STRANGERS",
+    "SHUTDOWN_REPLY_SECONDS",
+    "PortCuts",
+    "WorkerCoordinator",
+]
 
 log = library_logger("ckpt_events.workers")
 
@@ -61,6 +71,18 @@ _REFUSED_LOGGED: Final = 10
 _REFUSED_EVERY: Final = 1000
 #: A worker's own port, as it announces it: ``http://<host>:<port>`` and nothing more.
 _URL: Final = re.compile(r"http://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
+#: How long a stopping server waits for its workers to say what their own ports cut (a local
+#: socket answers in milliseconds; a worker stalled or stopped is then said not to have reported).
+SHUTDOWN_REPLY_SECONDS: Final = 1.0
+
+
+class PortCuts(msgspec.Struct, frozen=True):
+    """What the workers' own ports cut as the server stopped: each request (``"METHOD /path on
+    worker 0"``, ``""`` for one not known), and the workers that did not say
+    (``unreported``: what their ports cut is not known)."""
+
+    requests: list[str]
+    unreported: list[int]
 
 
 class WorkerCoordinator:
@@ -96,6 +118,8 @@ class WorkerCoordinator:
         self.max_strangers = self.workers + MAX_STRANGERS
         #: Connections refused before or at their ``hello`` (too many, bad frame, bad hello).
         self.refused = 0
+        #: What the workers' own ports cut as the server stopped (``shut_down_ports``), once asked.
+        self.port_cuts: PortCuts | None = None
 
     def new_secret(self, index: int) -> str:
         """The secret worker ``index``'s next start must say in its ``hello`` (the last one
@@ -131,6 +155,30 @@ class WorkerCoordinator:
                 joined = self._joined
                 await joined.wait()
         return len(self.connected()) >= count
+
+    async def shut_down_ports(self, timeout: float = SHUTDOWN_REPLY_SECONDS) -> PortCuts:
+        """Have every connected worker cut what its own port still serves (the server is
+        stopping), and keep what they say as ``port_cuts``; within ``timeout`` seconds, even
+        cancelled (a forced exit): a worker not answering by then is ``unreported``."""
+        said: dict[int, list[str]] = {}
+        asked = self.connected()
+
+        async def ask(index: int) -> None:
+            try:
+                cut = await self.channels[index].request(Shutdown(), timeout=timeout)
+            except (ProtocolRefusal, WorkerChannelError):
+                return  # unreported: an older worker, or one gone or stalled
+            said[index] = [f"{request} on worker {index}" if request else "" for request in cut]
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout + 0.5):
+            async with anyio.create_task_group() as tg:
+                for index in asked:
+                    tg.start_soon(ask, index)
+        self.port_cuts = PortCuts(
+            requests=[r for index in sorted(said) for r in said[index]],
+            unreported=[index for index in asked if index not in said],
+        )
+        return self.port_cuts
 
     # -- the socket -------------------------------------------------------------------------
 

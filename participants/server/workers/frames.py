@@ -50,6 +50,7 @@ __all__ = [
     "Stage",
     "Staged",
     "Start",
+    "Shutdown",
     "Started",
     "Stop",
     "Unreadable",
@@ -186,6 +187,14 @@ class Stop(Request[None], tag="stop", frozen=True):
     keys: list[str]
 
 
+class Shutdown(Request[list[str]], tag="shutdown", frozen=True):
+    """The server is stopping: the worker cuts what its own port still serves (and takes no
+    more); the reply names each request cut (``"METHOD /path"``, ``""`` for one not known), for
+    the server's one line."""
+
+    inline = True
+
+
 class PartShare(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One records file a worker reads at a restore, and which of its records it keeps."""
 
@@ -257,6 +266,7 @@ WorkerRequest = (
     | Report
     | WritePart
     | Stop
+    | Shutdown
     | Stage
     | InstallStaged
     | Discard

@@ -19,7 +19,7 @@ import functools
 import os
 import time
 from contextlib import AbstractContextManager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.lowlevel
@@ -54,6 +54,7 @@ from ckpt_events.participants.server.workers.frames import (
     Open,
     Report,
     Retire,
+    Shutdown,
     Stage,
     Staged,
     Start,
@@ -65,6 +66,9 @@ from ckpt_events.participants.server.workers.frames import (
 )
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.vocab import Operation
+
+if TYPE_CHECKING:
+    from ckpt_events.participants.server.workers.worker_http import WorkerHttp
 
 __all__ = ["WorkerHost", "run_worker"]
 
@@ -82,8 +86,11 @@ class WorkerHost:
         max_records_bytes: int = RECORDS_MAX_BYTES,
         monitor: LoopLagMonitor | None = None,
         faults: FaultPlan = NO_FAULTS,
+        http: WorkerHttp | None = None,
     ) -> None:
         self.workload = workload
+        #: This worker's own port, if it serves one (cut on ``Shutdown``).
+        self.http = http
         self.index = index
         self.max_records_bytes = max_records_bytes
         #: This worker's loop lag, recorded on each of its operations (``loop_lag_ms``).
@@ -156,6 +163,8 @@ class WorkerHost:
             case Stop(keys=keys):
                 wl.stop(keys)
                 return None
+            case Shutdown():
+                return [] if self.http is None else self.http.cut()
             case Stage() as request:
                 return await self._stage(request, message)
             case InstallStaged() as request:
@@ -347,7 +356,7 @@ async def run_worker(
         http = WorkerHttp(workload, index, token=token, host=host or "127.0.0.1", connections=limits)
     # One loop-lag sampler per worker, for its own port's operations and its checkpoint shares.
     monitor = LoopLagMonitor() if http is None else http.monitor
-    host_ = WorkerHost(workload, index, monitor=monitor, faults=faults)
+    host_ = WorkerHost(workload, index, monitor=monitor, faults=faults, http=http)
     channel = FrameChannel(stream, host_.handle, name=f"worker {index}", max_frame=max_frame)
     async with anyio.create_task_group() as tg:
         # Sampling before the first frame is read: an operation begun before its first turn had no

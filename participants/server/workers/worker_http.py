@@ -25,7 +25,7 @@ from ckpt_events.checks import library_logger
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 from ckpt_events.participants.server.builder import build_work_app
 from ckpt_events.participants.server.connection_guard import ConnectionLimits
-from ckpt_events.participants.server.interrupts import once_per_interrupt
+from ckpt_events.participants.server.interrupts import cut_in_flight, once_per_interrupt
 from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, server_limits
 from ckpt_events.participants.server.routes import work_router
 from ckpt_events.participants.server.work import LocalWork
@@ -93,3 +93,8 @@ class WorkerHttp:
 
     def stop(self) -> None:
         self.server.should_exit = True
+
+    def cut(self) -> list[str]:
+        """Stop taking requests and cut those still served (the server is stopping): each one
+        cut, ``"METHOD /path"`` (``""`` for one not known)."""
+        return cut_in_flight(self.server)

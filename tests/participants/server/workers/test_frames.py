@@ -32,6 +32,7 @@ from ckpt_events.participants.server.workers.frames import (
     Report,
     Request,
     Retire,
+    Shutdown,
     Stage,
     Staged,
     Start,
@@ -91,6 +92,7 @@ KINDS: dict[type[Request[Any]], tuple[Request[Any], Any]] = {
         WrittenPart("records-" + "0" * 64 + ".jsonl", "0" * 64, 1, 120, ["r1-a2"], {"k": [1]}),
     ),
     Stop: (Stop(["r1-a2"]), None),
+    Shutdown: (Shutdown(), ["POST /work/advance", ""]),
     Stage: (
         Stage(
             ["/root"],
