@@ -25,6 +25,22 @@ from ckpt_events.participants.cli.report.model import (
 from ckpt_events.participants.cli.report.paths import S, Section, _tree, _unknown_duration, _walk
 
 
+def _called(caller: Span, spans: list[Span], by_id: dict[int, Span], mid: float) -> bool:
+    """Whether a participant's operation that ``caller`` (a participant's, under the root) called,
+    itself or through other participants' spans under the root, waits in its server at ``mid``."""
+    for s in spans:
+        if not (s.participant and s.received_ns is not None and s.received_ns <= mid < s.start_ns):
+            continue
+        up = by_id.get(s.parent_span_id or -1)
+        for _ in range(len(spans)):  # up the participants' spans under the root
+            if up is None or up.depth == 0 or not up.participant or up is caller:
+                break
+            up = by_id.get(up.parent_span_id or -1)
+        if up is caller:
+            return True
+    return False
+
+
 def _waiting(root: Span, spans: list[Span], by_id: dict[int, Span], mid: float) -> bool:
     """Whether a descendant of ``root`` waits, is in transit or is a controller's at ``mid``."""
     for s in spans:
@@ -76,7 +92,6 @@ def _old_parts(spans: list[Span]) -> dict[str, float]:
         if s.depth == 0:
             continue
         if s.participant:
-            intervals.append((1, HANDLERS, s.start_ns, s.end_ns))
             if s.received_ns is not None and s.received_ns < s.start_ns:
                 intervals.append((2, QUEUED, s.received_ns, s.start_ns))
             parent = by_id.get(s.parent_span_id or -1)
@@ -87,12 +102,26 @@ def _old_parts(spans: list[Span]) -> dict[str, float]:
             intervals.append((4, f"{TRANSIT}: replies and waiting ({s.short})", s.start_ns, s.end_ns))
         else:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
-    cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
+    # Every handler's and every wait's stamps cut too (the handlers are covered at each piece).
+    stamps = [t for _, _, a, b in intervals for t in (a, b)]
+    stamps += [
+        t for s in spans if s.participant for t in (s.start_ns, s.end_ns, s.received_ns) if t is not None
+    ]
+    cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for t in stamps)})
     parts_ns: dict[str, int] = {}
     uncovered = BETWEEN if len(roots) > 1 else HANDLERS if root.participant else UNATTRIBUTED
     for a, b in itertools.pairwise(cuts):
         mid = (a + b) / 2
         covering = [(p, label) for p, label, s, e in intervals if s <= mid < e]
+        # A participant's handler runs where no participant it called (in turn) waits.
+        covering += [
+            (1, HANDLERS)
+            for s in spans
+            if s.depth > 0
+            and s.participant
+            and s.start_ns <= mid < s.end_ns
+            and not _called(s, spans, by_id, mid)
+        ]
         if len(roots) > 1:
             # A participant's top-level handler runs where none of its own descendants waits.
             covering += [
