@@ -6,6 +6,8 @@ JSON-lines logs."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from pathlib import Path
 
@@ -183,3 +185,50 @@ def test_a_handler_running_wins_over_another_request_s_wait() -> None:
     assert drawn_extent([a, b]) == (a.received_ns, b.end_ns)
     alone = attribute([a])
     assert alone is not None and (alone.total_ms, alone.handlers_ms, alone.roots) == (40.0, 30.0, 1)
+
+
+def _clock_apart(log: Path, out: Path, skew_ms: int) -> None:
+    """``log`` as its process would have written it with its wall clock ``skew_ms`` apart."""
+    with out.open("w") as f:
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            for key in ("start_ns", "end_ns", "received_ns", "time_ns"):
+                if event.get(key) is not None:
+                    event[key] += skew_ms * 1_000_000
+            f.write(json.dumps(event) + "\n")
+
+
+def test_a_called_participant_on_a_clock_apart_leaves_where_the_time_went_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A judge's restore calls a store held 30 ms by a middleware, the store's clock 50 ms behind
+    or ahead of the judge's (no controller's call aligns them): the line read '41.7 ms in
+    participants' handlers, 3.1 ms queued', the store's wait said as the judge's handler. Its
+    operation sits outside the restore that called it: where the time went is unknown, said as
+    such; on one clock, its wait is queued as before."""
+    judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
+    store = _app(store_log, held=0.03, kind="store")
+    judge = _app(judge_log, held=0.0, downstream=store)
+
+    async def both() -> None:
+        async with store.router.lifespan_context(store):
+            await _serve(judge, [5], overlap=False)
+
+    anyio.run(both)
+    lines = {}
+    for skew_ms in (0, -50, 50):
+        apart = tmp_path / f"store{skew_ms}.jsonl"
+        _clock_apart(store_log, apart, skew_ms)
+        page = tmp_path / f"{skew_ms}.html"
+        assert main(["report", str(judge_log), str(apart), "--report", str(page)]) == 0
+        out = " ".join(capsys.readouterr().out.split())  # the terminal wraps a long line
+        (lines[skew_ms],) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', page.read_text())
+        lines[skew_ms] = html.unescape(lines[skew_ms])
+        assert f"restore c1 (restore): {lines[skew_ms]}" in out  # the terminal says the same
+    total, handlers, queued = _figures(lines[0])
+    assert queued >= 30 - 0.5 and total == pytest.approx(handlers + queued, abs=0.1)
+    for skew_ms in (-50, 50):
+        line = lines[skew_ms]
+        assert f"{total} ms total; where it went unknown: store/store-0's restore sits " in line
+        assert "outside judge/judge-0's restore that called it (the two processes' clocks apart" in line
+        assert "handlers" not in line and "queued" not in line
