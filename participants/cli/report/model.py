@@ -362,6 +362,9 @@ class Attribution:
     #: How many top-level spans the trace holds, and the time in none of them when several.
     roots: int = 1
     between_ms: float = 0.0
+    #: False when a top-level span's duration is unknown (its clock went back during it): the
+    #: sweep's end is then no end, and ``total_ms`` no total.
+    total_known: bool = True
 
     @property
     def unattributed_share(self) -> float:
@@ -383,6 +386,8 @@ class Attribution:
             # Without a controller the parenthesis names them: "between them" there.
             them = f"its {self.roots} top-level spans" if self.coordinated else "them"
             between = f", {milliseconds(self.between_ms)} between {them}"
+        if not self.total_known:
+            return f"total unknown: {self.unknown}"
         if self.unknown is not None:
             return f"{milliseconds(self.total_ms)} total; where it went unknown: {self.unknown}"
         if not self.coordinated:
@@ -493,6 +498,10 @@ def attribute(spans: list[Span]) -> Attribution | None:
         else:
             intervals.append((5 + 32 - min(s.depth, 32), f"{CONTROLLER} ({s.short})", s.start_ns, s.end_ns))
     unknown = _outside_call(spans, by_id)
+    # A root of unknown duration ends at its start: its total read '0 ms' beside a 5.5 ms waterfall.
+    unsure = next((r for r in roots if not r.known), None)
+    if unsure is not None:
+        unknown = f"{unsure.who}'s {unsure.short}: its duration unknown (its clock went back during it)"
     cuts = sorted({lo, hi, *(max(lo, min(hi, t)) for _, _, a, b in intervals for t in (a, b))})
     # Whole nanoseconds, made milliseconds once: a float sum of the pieces drifted off the
     # total's own figure (27 500 ns in three pieces read 0.027499999999999997 ms, printed
@@ -524,6 +533,7 @@ def attribute(spans: list[Span]) -> Attribution | None:
         unknown=unknown,
         roots=len(roots),
         between_ms=total(BETWEEN),
+        total_known=unsure is None,
     )
 
 
@@ -635,8 +645,9 @@ def _outside_caller(s: Span, parent: Span) -> str | None:
     if not (s.participant and parent.participant and parent.who != s.who):
         return None
     began = s.start_ns if s.received_ns is None else min(s.received_ns, s.start_ns)
-    # A caller that failed may have given up on it (a timeout): its end bounds nothing.
-    late = 0 if parent.error else s.end_ns - parent.end_ns
+    # A caller that failed may have given up on it (a timeout), one of unknown duration has no
+    # end (its clock went back): its end bounds nothing.
+    late = 0 if parent.error or not parent.known else s.end_ns - parent.end_ns
     off = max(parent.start_ns - began, late)
     if off <= _OUTSIDE_SLACK_NS:
         return None

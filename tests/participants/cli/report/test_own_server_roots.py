@@ -6,9 +6,11 @@ JSON-lines logs."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
+import time
 from pathlib import Path
 
 import anyio
@@ -18,7 +20,7 @@ from fastapi import FastAPI, Request
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.responses import Response
 
-from ckpt_events import OperationFinished
+from ckpt_events import Bus, OperationFinished, Telemetry
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.model import Span, attribute, drawn_extent
 from ckpt_events.participants.fastapi import instrument, operation
@@ -232,3 +234,50 @@ def test_a_called_participant_on_a_clock_apart_leaves_where_the_time_went_unknow
         assert f"{total} ms total; where it went unknown: store/store-0's restore sits " in line
         assert "outside judge/judge-0's restore that called it (the two processes' clocks apart" in line
         assert "handlers" not in line and "queued" not in line
+
+
+def test_a_root_of_unknown_duration_has_no_total(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A judge's restore whose clock stepped back 50 ms while it ran (its duration unknown, drawn
+    ``?``) read '0 ms total, 0 ms in participants' handlers' beside its waterfall's 5.5 ms: its
+    total is now unknown, said with why, on the terminal and the page."""
+    log = tmp_path / "judge.jsonl"
+    back = [0]
+    app = FastAPI()
+    clock = Telemetry(Bus(), kind="judge", instance="judge-0", clock=lambda: time.time_ns() - back[0])
+    instrument(app, telemetry=clock, jsonl_path=str(log))
+
+    @app.post("/checkpoint/restore")
+    async def restore(request: Request) -> dict[str, int]:
+        with operation(request, "restore", checkpoint_id="c1") as op:
+            with op.step("read"):
+                await anyio.sleep(0.005)
+            back[0] = 50_000_000  # an NTP step back while the restore runs
+        return {"records": 0}
+
+    anyio.run(lambda: _serve(app, [5], overlap=False))
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps a long line
+    said = "total unknown: judge/judge-0's restore: its duration unknown (its clock went back during it)"
+    assert f"restore c1 (restore): {said}" in out
+    assert re.findall(r'<p class="line"[^>]*>([^<]*)</p>', page.read_text()) == [html.escape(said)]
+    assert " 0 ms total" not in out
+
+
+def test_a_caller_of_unknown_duration_bounds_no_end() -> None:
+    """A store called by a judge's step whose clock went back (its end is its start): the store
+    ending after it is no sign of clocks apart; one that arrived before the step began is."""
+    at = 1_764_000_000_000_000_000
+    judge = _root(0, 100, 1)
+    step = dataclasses.replace(
+        _root(10, 10, 2), name="gym.checkpoint.read", depth=1, parent_span_id=1, known=False
+    )
+    store = dataclasses.replace(
+        _root(50, 60, 3, arrived_ms=20), who="store/store-0", depth=2, parent_span_id=2
+    )
+    attribution = attribute([judge, step, store])
+    assert attribution is not None and attribution.unknown is None
+    early = dataclasses.replace(store, received_ns=at + 5_000_000)
+    attribution = attribute([judge, step, early])
+    assert attribution is not None and attribution.unknown is not None
+    assert attribution.unknown.startswith("store/store-0's restore sits 5.0 ms outside judge/judge-0's read")
