@@ -635,3 +635,33 @@ def test_a_published_checkpoint_s_spans_that_never_finished_are_counted_and_name
     assert main(["report", str(logs), "--report", str(page)]) == 0
     capsys.readouterr()
     assert page.read_text().count("3 spans never finished (the log ends / the process died?)") == 1
+
+
+@pytest.mark.parametrize("skew_ms", [-50, 50])
+def test_a_request_s_arrival_is_aligned_inside_its_call(
+    skew_ms: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restore call of 45 ms whose request waited 30 ms in model-0 (arrived at 1, ran 31-41),
+    model-0's clock 50 ms behind or ahead: its operation alone was put inside the call, its
+    arrival 12.5 ms before the call began, so the line read '17.5 ms transit/queue, 17.5 ms
+    unattributed (38.9%)' (on one clock: 31.0 and 4.0). The arrival bounds the clock too."""
+    ms = 1_000_000
+    at = 1_796_482_555_000_000_000
+    skew = skew_ms * ms
+    call = CoordinateFinished(
+        "controller", "coordination", 7, 100, at, at + 45 * ms, Operation.RESTORE, checkpoint_id="c1"
+    )
+    answer = OperationFinished(
+        "model", "model-0", 7, 200, at + 31 * ms + skew, at + 41 * ms + skew, Operation.RESTORE, "c1", 100,
+        parent_remote=True, received_ns=at + ms + skew,
+    )  # fmt: skip
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"".join(msgspec.json.encode(e) + b"\n" for e in (answer, call)))
+    page = tmp_path / "x.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    out = capsys.readouterr().err
+    shift = 51.5 if skew_ms < 0 else -48.5  # the arrival at 1 ms and the end at 42.5 ms, of 45
+    assert f"aligned model/model-0's clock by {-shift:+.1f} ms (shifted its stamps {shift:+.1f} ms" in out
+    (line,) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', page.read_text())
+    assert line.startswith("45.0 ms total, 10.0 ms in participants&#x27; handlers, 32.5 ms transit/queue, ")
+    assert line.endswith(", 2.5 ms unattributed (5.6%)")
