@@ -128,6 +128,11 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
     """Per-participant totals over every operation and step (of one checkpoint, if given);
     a multi-worker participant's workers get a row each, right under the participant's."""
     rows: dict[tuple[str, str, int | None], Breakdown] = {}
+    # The error types of each open span's failed steps, by (trace, span): an exception that
+    # left a step and then its operation is one error, not two (63 failed requests read
+    # "126 errors"); a step's error the span caught and another of its own are two. Steps
+    # only: a step is its participant's own, a called participant's operation is not.
+    failed_under: dict[tuple[int, int], set[str]] = {}
     for event in events:
         match event:
             case OperationFinished(operation=op) | StepFinished(step=op) if (
@@ -140,9 +145,14 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 if (length := duration_ns(event)) is None:
                     row.unknown.add(name)
                 row.ms[name] = row.ms.get(name, 0.0) + (length or 0) / 1e6
+                under = failed_under.pop((event.trace_id, event.span_id), None)
                 if event.outcome == Outcome.ERROR:
-                    row.errors += 1
-                    row.error_types.add(event.error_type or "error")
+                    error_type = event.error_type or "error"
+                    if under is None or error_type not in under:
+                        row.errors += 1
+                    row.error_types.add(error_type)
+                    if isinstance(event, StepFinished) and event.parent_span_id is not None:
+                        failed_under.setdefault((event.trace_id, event.parent_span_id), set()).add(error_type)
                 # What a checkpoint holds: records committed and bytes written (a restore
                 # reads the same ones back, so counting both would double them).
                 if (

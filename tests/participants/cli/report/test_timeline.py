@@ -127,3 +127,35 @@ async def test_the_html_table_says_it_sums_every_checkpoint_and_restore() -> Non
     assert summed_over(two) == "summed over 2 checkpoints and 0 restores"
     assert summed_over([]) == ""
     assert "<h2>time per participant (ms), summed over 2 checkpoints and 0 restores</h2>" in html_page(two)
+
+
+async def test_an_exception_leaving_a_step_and_its_operation_is_one_error() -> None:
+    """A judge's prepare whose ``validate`` step raised, three times: 3 errors, not 6 (63 failed
+    requests read "126 errors: ValueError"). A step's error the operation caught is one; caught
+    and then another of the operation's own, two; each error's type is named."""
+    async with capture_events() as (bus, events):
+        judge = Telemetry(bus, kind="judge", instance="judge-0")
+        for n in range(3):
+            try:
+                with judge.operation("prepare", checkpoint_id=f"c{n}") as op, op.step("validate"):
+                    raise ValueError("bad rows")
+            except ValueError:
+                pass
+        with judge.operation("commit", checkpoint_id="c3") as op:
+            try:
+                with op.step("upload"):
+                    raise OSError("disk full")
+            except OSError:
+                pass  # caught: the commit went on and ended ok
+        try:
+            with judge.operation("restore", checkpoint_id="c4") as op:
+                try:
+                    with op.step("read"):
+                        raise OSError("gone")
+                except OSError:
+                    raise KeyError("c4") from None
+        except KeyError:
+            pass
+    (row,) = breakdown(events)
+    assert row.errors == 3 + 1 + 2
+    assert row.errors_said == " (6 errors: KeyError, OSError, ValueError)"
