@@ -110,14 +110,7 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(nothing_read(args.logs, paths, problems))
     out = console()
     rows = chosen_rows(run, args.checkpoint)
-    if args.checkpoint is not None and not rows:
-        if not run.rows:
-            # Participants' logs alone: a checkpoint row is the controller's coordination, so
-            # "not in the logs (there are: )" was wrong of one whose participants' spans are there.
-            raise CommandError(
-                f"--checkpoint {shown(args.checkpoint)}: these logs hold no controller's coordination, "
-                "from which checkpoints are named: pass the controller's log too"
-            )
+    if args.checkpoint is not None and not rows and run.rows:
         known = ", ".join(escape(short_id(i)) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
         raise CommandError(f"no checkpoint {shown(args.checkpoint)} in the logs (there are: {known})")
     whole = None
@@ -125,12 +118,18 @@ def _report(args: argparse.Namespace) -> int:
         # Only participants' spans (their parents live in a controller log not given): no
         # checkpoint to name, so every participant's totals are shown as one and the last trace
         # is drawn, the logs streamed again, never listed (1.2M lines listed took 590 MiB).
-        whole = run.whole()
+        whole = run.whole(args.checkpoint)
+        if args.checkpoint is not None and not whole.events:
+            raise CommandError(
+                f"--checkpoint {shown(args.checkpoint)}: no operation or step of these logs names "
+                "that checkpoint id (the ids an operation(..., checkpoint_id=...) was given)"
+            )
         # Said, not left to be guessed from a page headed by the last trace alone.
+        drawn = "the last trace" if args.checkpoint is None else "the last trace of that checkpoint id"
         say(
             "no controller's coordination in these logs, from which checkpoints are named: shown are "
-            "every participant's totals, each operation's and step's figures and the last trace; pass "
-            "the controller's log too for each checkpoint and restore",
+            f"every participant's totals, each operation's and step's figures and {drawn}; if a "
+            "controller coordinated them, pass its log too for each checkpoint and restore",
         )
         render(
             out,

@@ -277,11 +277,13 @@ class Run:
         """Every event of the logs, read again into a list (a file that holds the whole run)."""
         return [] if self.again is None else list(self.again())
 
-    def whole(self) -> Whole:
+    def whole(self, checkpoint: str | None = None) -> Whole:
         """For logs with no row (participants' spans only: a user's own server, or participants
         whose parents are in a controller log not given), one more streamed pass: the
         per-participant breakdown, the per-operation table and the counted events of every
-        event, and the events of the last trace; nothing else is kept."""
+        event, and the events of the last trace (with ``checkpoint``, of the last trace holding
+        an operation or step of that checkpoint id, read in a pass of its own; none when no
+        span names it); nothing else is kept."""
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
         drawn: list[CheckpointEvent] = []
@@ -293,16 +295,25 @@ class Run:
         # calls of every participant, kept, grew this pass with the logs.
         blame = StallBlame(keep_calls=False)
 
+        last = self.last_trace if checkpoint is None else None
+        named: int | None = None  # the last trace a span of ``checkpoint`` is in
+
         def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
+            nonlocal named
             for e in events:
-                if self.last_trace is not None and trace_of(e) == self.last_trace:
+                trace = trace_of(e)
+                if last is not None and trace == last:
                     drawn.append(e)
+                elif trace is not None and checkpoint is not None and e.checkpoint_id == checkpoint:
+                    named = trace
                 operations.add(e)
                 count(tallies, e, blame)
                 yield e
 
         rows = breakdown(tapped(self.again()))
         settle(tallies, blame)
+        if named is not None:  # its trace's spans that name no checkpoint too (a callee's)
+            drawn.extend(e for e in self.again() if trace_of(e) == named)
         return Whole(drawn, rows, dict(tallies), operation_rows(operations.result()))
 
     def let_go_line(self) -> str | None:

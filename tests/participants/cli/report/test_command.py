@@ -60,7 +60,7 @@ def test_a_picture_of_logs_with_no_row_draws_the_last_trace_as_the_terminal_does
     assert "report written to" in captured.out
     # What the page lacks is said: the checkpoints are named from the controller's log.
     assert "no controller's coordination in these logs" in captured.err
-    assert "pass the controller's log too" in captured.err
+    assert "if a controller coordinated them, pass its log too" in captured.err
 
 
 def test_the_html_page_of_a_log_of_refusals_alone_shows_them(

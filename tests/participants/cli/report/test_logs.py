@@ -12,12 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import msgspec
 import pytest
+from fastapi import FastAPI, Request
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.responses import Response
 
 from ckpt_events.participants.cli.command import load_events
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.logs import PROBE_LINES, SHOWN
+from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import JsonLinesSink
 
 #: The line a report of participants' logs alone starts with (no controller's log given).
@@ -398,18 +404,56 @@ def test_replay_of_one_file_out_of_time_order_exports_what_the_file_in_order_doe
     assert "its events were sorted by time" in outs[1].err
 
 
-def test_checkpoint_asked_of_participant_logs_alone_says_what_is_missing(
+def test_checkpoint_asked_of_a_users_own_server_draws_that_checkpoints_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A participant's log holding k5's prepare and commit: ``--checkpoint k5`` said "no
-    checkpoint 'k5' in the logs (there are: )". Checkpoints are named from the controller's log."""
-    log = tmp_path / "participant.jsonl"
-    log.write_bytes(GOOD.replace(b'"records":3', b'"checkpoint_id":"k5","records":3'))
-    assert main(["report", str(log), "--checkpoint", "k5"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (
-        "ckpt-events report: error: --checkpoint 'k5': these logs hold no controller's coordination, "
-        "from which checkpoints are named: pass the controller's log too"
+    """A FastAPI server of one's own (no controller): a restore of c1 behind a 30 ms middleware,
+    then a prepare of c2 that raises, then a commit of c3. ``--checkpoint c1`` was refused
+    ("these logs hold no controller's coordination ...: pass the controller's log too", and
+    a user's own server has no controller), so only the last trace (c3's) could be read. It now
+    draws c1's restore, its middleware's time queued; c2's prepare with its error type; an id no
+    span names is one line, exit 2."""
+    log = tmp_path / "events.jsonl"
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+
+    async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.url.path == "/restore":
+            await anyio.sleep(0.03)
+        return await call_next(request)
+
+    app.add_middleware(BaseHTTPMiddleware, dispatch=slow)
+
+    @app.post("/{name}")
+    async def handle(request: Request, name: str, checkpoint_id: str) -> dict[str, str]:
+        with operation(request, name, checkpoint_id=checkpoint_id) as op, op.step("work"):
+            if name == "prepare":
+                raise ValueError("bad rows")
+        return {"ok": name}
+
+    async def serve() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+                for name, checkpoint_id in (("restore", "c1"), ("prepare", "c2"), ("commit", "c3")):
+                    reply = await client.post(f"/{name}", params={"checkpoint_id": checkpoint_id})
+                    assert reply.status_code == (500 if name == "prepare" else 200), reply.text
+
+    anyio.run(serve)
+    assert main(["report", str(log), "--checkpoint", "c1"]) == 0
+    out = capsys.readouterr()
+    line = next(x for x in out.out.splitlines() if x.startswith("restore c1 (restore): "))
+    queued = float(re.search(r"([0-9.]+) ms queued", line)[1])  # type: ignore[index]
+    assert 30 <= queued < 1000, line
+    assert "c3" not in out.out.split("per operation and step")[1], out.out
+    assert "the last trace of that checkpoint id" in out.err
+    assert main(["report", str(log), "--checkpoint", "c2"]) == 0
+    out = capsys.readouterr()
+    assert "checkpoint c2 (prepare): " in out.out and "prepare judge-0 ✗ ValueError" in out.out, out.out
+    assert main(["report", str(log), "--checkpoint", "c9"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ckpt-events report: error: --checkpoint 'c9': no operation or step of these logs names that "
+        "checkpoint id (the ids an operation(..., checkpoint_id=...) was given)"
     )
 
 
