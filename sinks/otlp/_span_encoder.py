@@ -53,6 +53,10 @@ _PAIRS_PER_KEY: Final = 1024
 _PAIR_KEYS: Final = 64
 
 _TIMES: Final = struct.Struct("<BQBQ")  # Span start and end time, fixed64 each
+# Span.trace_id, Span.span_id (and Span.parent_span_id), each with its tag and length in front.
+_IDS: Final = struct.Struct(">2s16s2sQ")
+_IDS_CHILD: Final = struct.Struct(">2s16s2sQ2sQ")
+_PARENT: Final = struct.Struct(">2sQ")
 _FLAGS: Final = struct.Struct("<I")
 _FLAGS_LOCAL: Final = _varint(tags.SPAN_FLAGS) + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE)
 _FLAGS_REMOTE: Final = _varint(tags.SPAN_FLAGS) + _FLAGS.pack(_SAMPLED | _HAS_IS_REMOTE | _IS_REMOTE)
@@ -186,21 +190,23 @@ class SpanEncoder:
         head, fields = plan
         flags = _FLAGS_LOCAL
         parent = event.parent_span_id
-        ids = _TRACE_ID + event.trace_id.to_bytes(16, "big")
-        ids += _SPAN_ID + event.span_id.to_bytes(8, "big")
         state = event.tracestate
-        if state is not None:  # the caller's W3C tracestate, passed on: one encoding per header
-            encoded = self._states.get(state) if state.__class__ is str else None
-            ids += encoded or self._trace_state(event)
-        if parent is not None:
-            ids += _PARENT_SPAN_ID + parent.to_bytes(8, "big")
-            if event.parent_remote:
-                flags = _FLAGS_REMOTE
-        parts = [
-            ids,
-            head,
-            _TIMES.pack(tags.SPAN_START_TIME, event.start_ns, tags.SPAN_END_TIME, event.end_ns),
-        ]
+        # The ids with their tags in one struct pack (the span ids as big-endian 8 bytes): no
+        # bytes concatenation for them.
+        trace = event.trace_id.to_bytes(16, "big")
+        if state is None and parent is not None:
+            parts = [_IDS_CHILD.pack(_TRACE_ID, trace, _SPAN_ID, event.span_id, _PARENT_SPAN_ID, parent)]
+        else:
+            parts = [_IDS.pack(_TRACE_ID, trace, _SPAN_ID, event.span_id)]
+            if state is not None:  # the caller's W3C tracestate, passed on: one encoding per header
+                encoded = self._states.get(state) if state.__class__ is str else None
+                parts.append(encoded or self._trace_state(event))
+            if parent is not None:
+                parts.append(_PARENT.pack(_PARENT_SPAN_ID, parent))
+        if parent is not None and event.parent_remote:
+            flags = _FLAGS_REMOTE
+        parts.append(head)
+        parts.append(_TIMES.pack(tags.SPAN_START_TIME, event.start_ns, tags.SPAN_END_TIME, event.end_ns))
         # A failed span adds error.type to its plan's fields: built as SpanSink builds it.
         failed = event.outcome == _ERROR
         if event.attributes or event.worker is not None or failed or len(fields) > self._plan_count:

@@ -127,6 +127,46 @@ async def test_json_carries_the_same_spans_as_protobuf() -> None:
         assert span.get("status", {}).get("message") == want.get("status", {}).get("message")
 
 
+async def test_protobuf_body_is_protobufs_own_serialization_byte_for_byte() -> None:
+    """Every field in field-number order, as protobuf writes it: the body equals the official
+    serialization of what it decodes to (roots, local and remote parents, a tracestate, an error,
+    and ids at their extremes, packed big-endian in one struct with their tags)."""
+    edges = [
+        OperationFinished(
+            kind="agent",
+            instance="a",
+            operation="commit",
+            start_ns=1,
+            end_ns=2,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent,
+            parent_remote=parent is not None,
+            tracestate=state,
+        )
+        for trace_id, span_id, parent, state in [
+            ((1 << 128) - 1, (1 << 64) - 1, (1 << 64) - 1, None),
+            (1, 1, None, None),
+            (1 << 127, 1 << 63, 1, "ot=th:8"),
+            (1 << 64, 2, None, "ot=th:8"),
+        ]
+    ]
+    events = [*await _events(), *edges]
+    body, count = SpanEncoder({"service.name": "t"}).protobuf(events)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    assert request.SerializeToString() == body
+    spans = list(request.resource_spans[0].scope_spans[0].spans)
+    assert count == len(spans) == len(events)
+    ids = [(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.trace_state) for s in spans[-4:]]
+    assert ids == [
+        ("f" * 32, "f" * 16, "f" * 16, ""),
+        (f"{1:032x}", f"{1:016x}", "", ""),
+        (f"{1 << 127:032x}", f"{1 << 63:016x}", f"{1:016x}", "ot=th:8"),
+        (f"{1 << 64:032x}", f"{2:016x}", "", "ot=th:8"),
+    ]
+
+
 def _b64hex(value: str) -> str:
     return base64.b64decode(value).hex()
 
