@@ -125,7 +125,7 @@ def _report(args: argparse.Namespace) -> int:
                 "that checkpoint id (the ids an operation(..., checkpoint_id=...) was given)"
             )
         # Said, not left to be guessed from a page headed by the last trace alone.
-        drawn = "the last trace" if args.checkpoint is None else "the last trace of that checkpoint id"
+        drawn = "the last trace" if args.checkpoint is None else "every trace of that checkpoint id"
         say(
             "no controller's coordination in these logs, from which checkpoints are named: shown are "
             f"every participant's totals, each operation's and step's figures and {drawn}; if a "
@@ -137,6 +137,8 @@ def _report(args: argparse.Namespace) -> int:
             title=", ".join(args.logs),
             totals=(whole.breakdown, whole.counts),
             operations=whole.operations,
+            named=whole.named,
+            earlier=whole.earlier,
         )
     elif args.checkpoint is None:
         render_overview(out, run, title=f"{counted(len(paths), 'log file')}")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ckpt_events import Event
+from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
@@ -32,6 +32,7 @@ from ckpt_events.participants.cli.report.model import (
     queued_on_row,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.named import checkpoint_of, named_line
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
@@ -462,6 +463,27 @@ def _counts_html(tallies: Mapping[str, Counter[str]]) -> str:
     )
 
 
+def _named_html(named: Sequence[Sequence[CheckpointEvent]], earlier: int, kinds: KindRegistry) -> list[str]:
+    """One section per trace of a checkpoint id of logs with no controller (``Whole.named``),
+    in time order: its line (operation, outcome, where its time went) and its waterfall."""
+    checkpoint = short_id(checkpoint_of(named[0]))
+    said = f"{checkpoint}: {counted(len(named), 'request')}, each its own trace, in time order"
+    if earlier:
+        said += f"; +{counted(earlier, 'earlier trace')} of {checkpoint} not drawn"
+    sections = [f'<section id="named"><h2>{escape_html(said)}</h2></section>']
+    for number, events in enumerate(named, earlier + 1):
+        line = named_line(events)
+        title = f"#{number} {line.title}"
+        drawn = (
+            waterfall_svg(line.spans, title=f"#{number} {line.operation}", kinds=kinds) if line.spans else ""
+        )
+        sections.append(
+            f'<section id="trace-{number}"><h2>{escape_html(title)}</h2>\n'
+            f'<p class="line">{escape_html(line.figures)}</p>\n{drawn}</section>'
+        )
+    return sections
+
+
 def html_page(
     events: Sequence[Event],
     *,
@@ -476,8 +498,9 @@ def html_page(
     a log of refusals alone showed an empty table and nothing of them). ``whole``, the tables
     of logs with no controller's row (``Run.whole``, ``events`` its drawn trace alone): its
     breakdown, per-operation table and counted events are shown instead of ``events``'."""
-    checkpoint, restore = checkpoint_and_restore(events)
-    sections = []
+    traces = whole.named if whole is not None else []
+    checkpoint, restore = checkpoint_and_restore(events) if not traces else (None, None)
+    sections = [] if not traces else _named_html(traces, whole.earlier if whole is not None else 0, kinds)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
         if trace_id is None:
             continue

@@ -48,6 +48,7 @@ from ckpt_events.participants.cli.report.judge import (
     RESTORED,
     judge,
 )
+from ckpt_events.participants.cli.report.named import NamedTraces
 from ckpt_events.participants.cli.report.operations import OperationRow, operation_rows
 from ckpt_events.participants.cli.report.owners import (
     owner_in_doubt,
@@ -281,9 +282,10 @@ class Run:
         """For logs with no row (participants' spans only: a user's own server, or participants
         whose parents are in a controller log not given), one more streamed pass: the
         per-participant breakdown, the per-operation table and the counted events of every
-        event, and the events of the last trace (with ``checkpoint``, of the last trace holding
-        an operation or step of that checkpoint id, read in a pass of its own; none when no
-        span names it); nothing else is kept."""
+        event, and the events of the last trace; with ``checkpoint``, those of each trace
+        holding an operation or step of that checkpoint id (``named``: the ``DRAWN_TRACES``
+        most recent, in time order, read in a pass of their own; none when no span names it),
+        ``events`` the last of them; nothing else is kept."""
         if self.again is None:
             raise RuntimeError("this run was folded from a one-shot stream: pass again= to overview()")
         drawn: list[CheckpointEvent] = []
@@ -296,25 +298,33 @@ class Run:
         blame = StallBlame(keep_calls=False)
 
         last = self.last_trace if checkpoint is None else None
-        named: int | None = None  # the last trace a span of ``checkpoint`` is in
+        # A checkpoint of one's own server is several requests, each its own trace (prepare, a
+        # commit, its retry, a restore): the last alone was drawn, one request of c1's four.
+        named = None if checkpoint is None else NamedTraces(checkpoint)
 
         def tapped(events: Iterable[CheckpointEvent]) -> Iterator[CheckpointEvent]:
-            nonlocal named
             for e in events:
-                trace = trace_of(e)
-                if last is not None and trace == last:
+                if last is not None and trace_of(e) == last:
                     drawn.append(e)
-                elif trace is not None and checkpoint is not None and e.checkpoint_id == checkpoint:
-                    named = trace
+                elif named is not None:
+                    named.see(e)
                 operations.add(e)
                 count(tallies, e, blame)
                 yield e
 
         rows = breakdown(tapped(self.again()))
         settle(tallies, blame)
-        if named is not None:  # its trace's spans that name no checkpoint too (a callee's)
-            drawn.extend(e for e in self.again() if trace_of(e) == named)
-        return Whole(drawn, rows, dict(tallies), operation_rows(operations.result()))
+        traces: list[list[CheckpointEvent]] = []
+        if named is not None and named.kept:
+            # Their traces' spans that name no checkpoint too (a callee's), in one more pass.
+            by_trace: dict[int, list[CheckpointEvent]] = {t: [] for t in named.order()}
+            for e in self.again():
+                if (bucket := by_trace.get(trace_of(e) or -1)) is not None:
+                    bucket.append(e)
+            traces = list(by_trace.values())
+            drawn = traces[-1]
+        earlier = 0 if named is None else named.earlier
+        return Whole(drawn, rows, dict(tallies), operation_rows(operations.result()), traces, earlier)
 
     def let_go_line(self) -> str | None:
         """What the fold let go to bound its memory, if anything: traces whose root never came."""
@@ -365,6 +375,11 @@ class Whole:
     #: One row per (kind, operation, step) over every participant's span of the logs: what one
     #: request takes, where ``breakdown`` sums them all.
     operations: list[OperationRow] = field(default_factory=list)
+    #: With ``--checkpoint``: the events of each trace naming that id that is drawn, the most
+    #: recent ``DRAWN_TRACES`` in time order (``events`` is the last of them); else empty.
+    named: list[list[CheckpointEvent]] = field(default_factory=list)
+    #: Traces naming that id that started before those drawn: counted, not drawn.
+    earlier: int = 0
 
 
 def overview(

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckpt_events import Event
+from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
@@ -27,6 +27,7 @@ from ckpt_events.participants.cli.report.model import (
     queued_on_row,
     trace_spans,
 )
+from ckpt_events.participants.cli.report.named import checkpoint_of, named_line
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
@@ -59,9 +60,13 @@ def render(
     totals: tuple[list[Breakdown], Mapping[str, Counter[str]]] | None = None,
     note: str | None = None,
     operations: Sequence[OperationRow] = (),
+    named: Sequence[Sequence[CheckpointEvent]] = (),
+    earlier: int = 0,
 ) -> None:
     """Print the breakdown, then for the checkpoint and the restore: the attribution line and
     the waterfall; then the counted events. Each kind is drawn in its colour in ``kinds``.
+    ``named``, the traces of one checkpoint id of logs with no controller (``Whole.named``),
+    are drawn instead, each its line and waterfall in time order, ``earlier`` more counted.
     ``totals``, the breakdown and counted events of more than ``events`` (whole logs streamed
     past, ``events`` only the trace drawn), are shown instead of ``events``' own. ``note``, a
     line under the title (``title``'s trace is shared with other rows: ``Run.shared_line``).
@@ -79,7 +84,9 @@ def render(
     console.print(_breakdown_table(rows, console.width, colours))
     if operations:
         render_operations(console, operations)
-    checkpoint, restore = checkpoint_and_restore(events)
+    if named:
+        _render_named(console, named, earlier, kinds)
+    checkpoint, restore = checkpoint_and_restore(events) if not named else (None, None)
     for label, trace_id in (("checkpoint", checkpoint), ("restore", restore)):
         if trace_id is None:
             continue
@@ -100,6 +107,30 @@ def render(
         )
     )
     console.print(_counts_table(counts(events) if totals is None else totals[1]))
+
+
+def _render_named(
+    console: Console, named: Sequence[Sequence[CheckpointEvent]], earlier: int, kinds: KindRegistry
+) -> None:
+    """Each trace of one checkpoint id: its line (operation, outcome, where its time went),
+    then its waterfall, in time order."""
+    checkpoint = short_id(checkpoint_of(named[0]))
+    console.print(
+        Text(
+            f"{escape(checkpoint)}: {counted(len(named), 'request')}, each its own trace, in time order",
+            style="bold",
+        )
+    )
+    if earlier:  # bounded: a log of 100,000 retries of one id draws the last few
+        console.print(
+            Text(f"+{counted(earlier, 'earlier trace')} of {escape(checkpoint)} not drawn", style="yellow")
+        )
+    for number, events in enumerate(named, earlier + 1):
+        line = named_line(events)
+        console.print(Text(f"#{number} {escape(line.title)}: {escape(line.figures)}", style="bold"))
+        if line.spans:
+            heading = f"#{number} {line.operation} {checkpoint}"
+            console.print(render_waterfall(line.spans, console.width, title=escape(heading), kinds=kinds))
 
 
 def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:

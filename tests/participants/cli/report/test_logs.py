@@ -442,14 +442,14 @@ def test_checkpoint_asked_of_a_users_own_server_draws_that_checkpoints_trace(
     anyio.run(serve)
     assert main(["report", str(log), "--checkpoint", "c1"]) == 0
     out = capsys.readouterr()
-    line = next(x for x in out.out.splitlines() if x.startswith("restore c1 (restore): "))
+    line = next(x for x in out.out.splitlines() if x.startswith("#1 restore judge-0 ok: "))
     queued = float(re.search(r"([0-9.]+) ms queued", line)[1])  # type: ignore[index]
     assert 30 <= queued < 1000, line
     assert "c3" not in out.out.split("per operation and step")[1], out.out
-    assert "the last trace of that checkpoint id" in out.err
+    assert "every trace of that checkpoint id" in out.err
     assert main(["report", str(log), "--checkpoint", "c2"]) == 0
     out = capsys.readouterr()
-    assert "checkpoint c2 (prepare): " in out.out and "prepare judge-0 ✗ ValueError" in out.out, out.out
+    assert "#1 prepare judge-0 ✗ ValueError: " in out.out, out.out
     assert main(["report", str(log), "--checkpoint", "c9"]) == 2
     assert capsys.readouterr().err.strip() == (
         "ckpt-events report: error: --checkpoint 'c9': no operation or step of these logs names that "
