@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ckpt_events import CheckpointEvent, Event
+from ckpt_events.participants.cli.report.failures import failure_lines, said
 from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
@@ -59,6 +60,7 @@ __all__ = [
     "PAGE_SCRIPT",
     "PAGE_STYLE",
     "attribution_html",
+    "failures_html",
     "html_page",
     "waterfall_svg",
     "write_timeline",
@@ -99,6 +101,12 @@ def _label_text(label: str, indent: int) -> str:
     tail = most // 2
     cut = f"{shown[: most - 1 - tail]}…{shown[-tail:]}"
     return f"<title>{escape_html(shown)}</title>{escape_html(cut)}"
+
+
+def failures_html(spans: Sequence[Span]) -> str:
+    """Under a waterfall, why its failed spans failed: each exception's message once, one
+    ``<p class="line">`` each (``failures.failure_lines``); ``""`` when none holds a message."""
+    return "".join(f'\n<p class="line">{escape_html(line)}</p>' for line in failure_lines(spans))
 
 
 def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS) -> str:
@@ -189,7 +197,9 @@ def _span_row(
     # A span whose clock went back during it: its duration is unknown, never 0.0.
     ms, short_ms = (f"{s.ms:.2f}", milliseconds(s.ms).removesuffix(" ms")) if s.known else ("?", "?")
     why = "" if s.known else " (its clock went back during it)"
-    tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}")
+    # A failed span's tooltip says why too: its exception's type and message, clipped.
+    failed = said(s)
+    tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}" + ("" if failed is None else f" ✗ {failed}"))
     out.append(
         f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
         f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
@@ -512,7 +522,7 @@ def html_page(
             named = f"{label} {escape_html(short_id(attribution.checkpoint_id))}"
         sections.append(
             f'<section id="{label}"><h2>{named}</h2>\n{attribution_html(attribution)}\n'
-            f"{waterfall_svg(spans, title=label, kinds=kinds)}</section>"
+            f"{waterfall_svg(spans, title=label, kinds=kinds)}{failures_html(spans)}</section>"
         )
     # The table adds up every checkpoint and restore of ``events``: say so, as the terminal does.
     if whole is not None:

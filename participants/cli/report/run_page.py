@@ -24,6 +24,7 @@ from ckpt_events.participants.cli.report.html import (
     PAGE_SCRIPT,
     PAGE_STYLE,
     attribution_html,
+    failures_html,
     waterfall_svg,
 )
 from ckpt_events.participants.cli.report.judge import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED
@@ -192,6 +193,8 @@ def _waterfalls(run: Run, details: dict[int, list[Any]]) -> list[str]:
             if spans:
                 parts.append(attribution_html(attribute(spans)))
                 parts.append(waterfall_svg(spans, title=f"{row.what} {short_id(row.checkpoint_id)}"))
+                if failed := failures_html(spans):
+                    parts.append(failed.lstrip("\n"))
         if len(parts) == 1 + bool(row.causes) + (shared is not None):
             parts.append("<p>no finished span to draw (every span of it is still open)</p>")
         out.append("\n".join(parts) + "</section>")

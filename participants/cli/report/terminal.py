@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_events import CheckpointEvent, Event
+from ckpt_events.participants.cli.report.failures import failure_lines
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
@@ -98,6 +99,9 @@ def render(
         if attribution is not None and attribution.checkpoint_id is not None:
             heading = f"{label} {short_id(attribution.checkpoint_id)}"
         console.print(render_waterfall(spans, console.width, title=heading, kinds=kinds))
+        # Why its failed spans failed: each exception's message once (a row names its type only).
+        for line in failure_lines(spans):
+            console.print(Text(escape(line), style="red"))
     console.print(
         Text.assemble(
             "who: ",

@@ -92,7 +92,10 @@ async def test_report_names_the_participant_that_refused_the_token(
     assert cause.group(1) == (
         "agent/agent-0 refused: unauthorized (401): missing or wrong bearer token (at prepare and resume)"
     )
-    assert "on controller" not in out and "CoordinationError" not in out
+    # The overview, before the detail: its waterfall's controller rows say what they recorded
+    # (``coordinate.prepare ✗ ...CoordinationError``, and the message under it).
+    overview = out.split(" waterfall (", 1)[0]
+    assert "on controller" not in out and "CoordinationError" not in overview
 
 
 @pytest.mark.parametrize("slow_step", ["link_manifest", "fsync_dir_manifest"])

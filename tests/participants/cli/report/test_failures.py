@@ -1,0 +1,146 @@
+"""Why a span failed, said where the report names the failure: the exception's message under the
+waterfall and in the HTML tooltip, once per message, clipped and inert. A real FastAPI app
+under httpx's ASGI transport writes the log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+
+from ckpt_events.participants.cli.main import main
+from ckpt_events.participants.cli.report.failures import MESSAGE_SHOWN, failure_lines
+from ckpt_events.participants.cli.report.model import Span
+from ckpt_events.participants.fastapi import instrument, operation
+
+BAD_ROWS = "bad rows: ['a', 'b'] at offset 3"
+#: A message anyone could raise: terminal escapes (clear screen, window title), markup, newlines
+#: and 10 KB of one token.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07<script>alert(1)</script>\nsecond line\n" + "x" * 10_000
+
+
+def _app(log: Path, message: str) -> FastAPI:
+    app = FastAPI()
+    instrument(app, kind="judge", instance="judge-0", jsonl_path=str(log))
+
+    @app.post("/checkpoint/commit")
+    async def commit(request: Request) -> dict[str, int]:
+        body = await request.json()
+        with operation(request, "commit", checkpoint_id=body["checkpoint_id"]) as op:
+            with op.step("upload"):
+                if body["fail"]:
+                    raise ValueError(message)
+        return {"records": 0}
+
+    return app
+
+
+def _log(tmp_path: Path, message: str) -> Path:
+    """A log of one ok commit (``c1``) and three that raised ``ValueError(message)`` (``c2``)."""
+    log = tmp_path / "events.jsonl"
+
+    async def serve() -> None:
+        app = _app(log, message)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+                assert (
+                    await client.post("/checkpoint/commit", json={"checkpoint_id": "c1", "fail": False})
+                ).is_success
+                for _ in range(3):
+                    reply = await client.post(
+                        "/checkpoint/commit", json={"checkpoint_id": "c2", "fail": True}
+                    )
+                    assert reply.status_code == 500
+
+    anyio.run(serve)
+    return log
+
+
+def _report(log: Path, page: Path, capsys: pytest.CaptureFixture[str], checkpoint: str = "c2") -> str:
+    assert main(["report", str(log), "--checkpoint", checkpoint, "--report", str(page)]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_message_of_a_step_that_raised_is_said_once_under_its_waterfall_and_in_its_tooltip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exception left the step, then the operation: one line names its message and both."""
+    page = tmp_path / "report.html"
+    out = _report(_log(tmp_path, BAD_ROWS), page, capsys)
+    line = f"✗ ValueError: {BAD_ROWS} (commit, upload of judge/judge-0)"
+    assert [x.strip() for x in out.splitlines() if BAD_ROWS in x] == [line]
+    html = page.read_text()
+    said = "ValueError: bad rows: [&#x27;a&#x27;, &#x27;b&#x27;] at offset 3"
+    assert f'<p class="line">✗ {said} (commit, upload of judge/judge-0)</p>' in html
+    tips = re.findall(r"<title>(gym\.checkpoint\.[^<]*)</title>", html)
+    assert sorted(t.split(":", 1)[0] for t in tips if t.endswith(f"✗ {said}")) == [
+        "gym.checkpoint.commit judge/judge-0",
+        "gym.checkpoint.upload judge/judge-0",
+    ]
+
+
+def test_a_hostile_message_is_shown_inert_on_one_clipped_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Escapes, markup and newlines are shown as text, 10 KB clipped to about 80 characters."""
+    page = tmp_path / "report.html"
+    out = _report(_log(tmp_path, HOSTILE), page, capsys)
+    assert "\x1b" not in out and "\x07" not in out
+    (line,) = [x.strip() for x in out.splitlines() if x.strip().startswith("✗ ValueError")]
+    # The escapes shown as text (\x1b: four characters each), then the clip's ellipsis.
+    assert line.startswith("✗ ValueError: \\x1b[2J\\x1b]0;pwned\\x07<script>alert(1)</script> second line")
+    assert "…" in line and len(line) < MESSAGE_SHOWN + 80
+    html = page.read_text()
+    assert "<script>alert" not in html and "\x1b" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; second line" in html
+    (said,) = re.findall(r'<p class="line">(✗ ValueError[^<]*)</p>', html)
+    assert "…" in said and len(said) < 2 * MESSAGE_SHOWN + 80  # entities: &lt; is four characters
+    # The tooltips hold the clipped message; only the hover details keep the log's 1,024.
+    assert all(len(t) < 3 * MESSAGE_SHOWN for t in re.findall(r"<title>([^<]*)</title>", html))
+
+
+def test_nothing_is_added_for_a_trace_that_did_not_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ok trace's view has no failure line."""
+    out = _report(_log(tmp_path, BAD_ROWS), tmp_path / "report.html", capsys, checkpoint="c1")
+    assert "✗" not in out
+
+
+def _failed(who: str, name: str, message: str | None, span_id: int) -> Span:
+    details = {"error_type": "mod.ValueError", "error_message": message}
+    return Span(name, who, 0, 1, 1, True, span_id=span_id, details=details)
+
+
+def test_the_same_message_from_many_participants_is_one_line_with_a_count() -> None:
+    """Sixteen participants failing alike: one line naming three and counting the rest; another
+    message is a line of its own; a failed span with no message adds none."""
+    spans = [_failed(f"environment/env-{i}", "gym.checkpoint.prepare", "disk full", i) for i in range(16)]
+    spans += [_failed("model/model-0", "gym.checkpoint.prepare", "oom", 99)]
+    spans += [_failed("agent/agent-0", "gym.checkpoint.prepare", None, 100)]
+    spans += [_failed("agent/agent-1", "gym.checkpoint.prepare", " ", 101)]
+    assert failure_lines(spans) == [
+        "✗ ValueError: disk full (prepare of 16 participants: environment/env-0, environment/env-1, "
+        "environment/env-2 and 13 more)",
+        "✗ ValueError: oom (prepare of model/model-0)",
+    ]
+
+
+def test_a_run_page_and_overview_say_the_message_under_the_failed_rows_waterfall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A controller's log (the demo's stall fault): its aborted row's detail says why its span failed."""
+    log = Path(__file__).parent / "data" / "demo-fault-stall-checkpoint.jsonl"
+    page = tmp_path / "run.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    said = (
+        "✗ CheckpointNotPrepared: checkpoint ckpt-20261205T055830-cdde8c8d not prepared… "
+        "(collection.checkpoint of controller)"
+    )
+    assert said in capsys.readouterr().out
+    assert f'<p class="line">{said}</p>' in page.read_text()
