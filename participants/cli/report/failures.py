@@ -43,7 +43,8 @@ def said(s: Span) -> str | None:
 
 
 def failure_lines(spans: Sequence[Span]) -> list[str]:
-    """One line per distinct failure of ``spans`` (in the order first seen): ``✗ ValueError:
+    """One line per distinct failure of ``spans`` (in the order first seen, the controller's
+    last): ``✗ ValueError:
     bad rows: [...] (commit, upload of judge/judge-0)``, or ``(prepare of 16 participants:
     environment/env-0, ... and 13 more)``; ``[]`` when no failed span holds a message."""
     seen: dict[str, tuple[list[str], list[str]]] = {}
@@ -56,8 +57,11 @@ def failure_lines(spans: Sequence[Span]) -> list[str]:
             names.append(s.short)
         if s.who not in whos:
             whos.append(s.who)
+    # A controller's error relays what its participants said (``commit failed: resources-0:
+    # refused: ...``): theirs come first, the answer to why, then its own.
+    relayed = sorted(seen.items(), key=lambda item: all(who == "controller" for who in item[1][1]))
     lines = []
-    for text, (names, whos) in list(seen.items())[:_LINES]:
+    for text, (names, whos) in relayed[:_LINES]:
         where = ", ".join(whos[:_WHO_SHOWN])
         if len(whos) > _WHO_SHOWN:
             where = f"{counted(len(whos), 'participant')}: {where} and {len(whos) - _WHO_SHOWN:,} more"

@@ -119,8 +119,10 @@ def _failed(who: str, name: str, message: str | None, span_id: int) -> Span:
 
 def test_the_same_message_from_many_participants_is_one_line_with_a_count() -> None:
     """Sixteen participants failing alike: one line naming three and counting the rest; another
-    message is a line of its own; a failed span with no message adds none."""
-    spans = [_failed(f"environment/env-{i}", "gym.checkpoint.prepare", "disk full", i) for i in range(16)]
+    message is a line of its own; a failed span with no message adds none; the controller's,
+    relaying theirs, comes last."""
+    spans = [_failed("controller", "gym.checkpoint.coordinate.prepare", "prepare failed: env-0: ...", 98)]
+    spans += [_failed(f"environment/env-{i}", "gym.checkpoint.prepare", "disk full", i) for i in range(16)]
     spans += [_failed("model/model-0", "gym.checkpoint.prepare", "oom", 99)]
     spans += [_failed("agent/agent-0", "gym.checkpoint.prepare", None, 100)]
     spans += [_failed("agent/agent-1", "gym.checkpoint.prepare", " ", 101)]
@@ -128,6 +130,7 @@ def test_the_same_message_from_many_participants_is_one_line_with_a_count() -> N
         "✗ ValueError: disk full (prepare of 16 participants: environment/env-0, environment/env-1, "
         "environment/env-2 and 13 more)",
         "✗ ValueError: oom (prepare of model/model-0)",
+        "✗ ValueError: prepare failed: env-0: ... (coordinate.prepare of controller)",
     ]
 
 
