@@ -485,7 +485,10 @@ def _named_html(named: Sequence[Sequence[CheckpointEvent]], earlier: int, kinds:
         line = named_line(events)
         title = f"#{number} {line.title}"
         drawn = (
-            waterfall_svg(line.spans, title=f"#{number} {line.operation}", kinds=kinds) if line.spans else ""
+            waterfall_svg(line.spans, title=f"#{number} {line.operation}", kinds=kinds)
+            + failures_html(line.spans)
+            if line.spans
+            else ""
         )
         sections.append(
             f'<section id="trace-{number}"><h2>{escape_html(title)}</h2>\n'

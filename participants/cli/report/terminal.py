@@ -135,6 +135,8 @@ def _render_named(
         if line.spans:
             heading = f"#{number} {line.operation} {checkpoint}"
             console.print(render_waterfall(line.spans, console.width, title=escape(heading), kinds=kinds))
+            for said in failure_lines(line.spans):  # as under any other waterfall
+                console.print(Text(escape(said), style="red"))
 
 
 def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:

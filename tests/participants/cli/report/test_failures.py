@@ -69,19 +69,19 @@ def _report(log: Path, page: Path, capsys: pytest.CaptureFixture[str], checkpoin
 def test_the_message_of_a_step_that_raised_is_said_once_under_its_waterfall_and_in_its_tooltip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The exception left the step, then the operation: one line names its message and both."""
+    """The exception left the step, then the operation: one line names its message and both,
+    under each of the three requests' waterfalls (``--checkpoint`` draws every request of c2)."""
     page = tmp_path / "report.html"
     out = _report(_log(tmp_path, BAD_ROWS), page, capsys)
     line = f"✗ ValueError: {BAD_ROWS} (commit, upload of judge/judge-0)"
-    assert [x.strip() for x in out.splitlines() if BAD_ROWS in x] == [line]
+    assert [x.strip() for x in out.splitlines() if BAD_ROWS in x] == [line] * 3
     html = page.read_text()
     said = "ValueError: bad rows: [&#x27;a&#x27;, &#x27;b&#x27;] at offset 3"
-    assert f'<p class="line">✗ {said} (commit, upload of judge/judge-0)</p>' in html
+    assert html.count(f'<p class="line">✗ {said} (commit, upload of judge/judge-0)</p>') == 3
     tips = re.findall(r"<title>(gym\.checkpoint\.[^<]*)</title>", html)
-    assert sorted(t.split(":", 1)[0] for t in tips if t.endswith(f"✗ {said}")) == [
-        "gym.checkpoint.commit judge/judge-0",
-        "gym.checkpoint.upload judge/judge-0",
-    ]
+    assert sorted(t.split(":", 1)[0] for t in tips if t.endswith(f"✗ {said}")) == sorted(
+        ["gym.checkpoint.commit judge/judge-0", "gym.checkpoint.upload judge/judge-0"] * 3
+    )
 
 
 def test_a_hostile_message_is_shown_inert_on_one_clipped_line(
@@ -91,14 +91,18 @@ def test_a_hostile_message_is_shown_inert_on_one_clipped_line(
     page = tmp_path / "report.html"
     out = _report(_log(tmp_path, HOSTILE), page, capsys)
     assert "\x1b" not in out and "\x07" not in out
-    (line,) = [x.strip() for x in out.splitlines() if x.strip().startswith("✗ ValueError")]
+    lines = [x.strip() for x in out.splitlines() if x.strip().startswith("✗ ValueError")]
+    assert len(lines) == 3 and len(set(lines)) == 1  # one under each request's waterfall
+    line = lines[0]
     # The escapes shown as text (\x1b: four characters each), then the clip's ellipsis.
     assert line.startswith("✗ ValueError: \\x1b[2J\\x1b]0;pwned\\x07<script>alert(1)</script> second line")
     assert "…" in line and len(line) < MESSAGE_SHOWN + 80
     html = page.read_text()
     assert "<script>alert" not in html and "\x1b" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt; second line" in html
-    (said,) = re.findall(r'<p class="line">(✗ ValueError[^<]*)</p>', html)
+    shown = re.findall(r'<p class="line">(✗ ValueError[^<]*)</p>', html)
+    assert len(shown) == 3 and len(set(shown)) == 1
+    said = shown[0]
     assert "…" in said and len(said) < 2 * MESSAGE_SHOWN + 80  # entities: &lt; is four characters
     # The tooltips hold the clipped message; only the hover details keep the log's 1,024.
     assert all(len(t) < 3 * MESSAGE_SHOWN for t in re.findall(r"<title>([^<]*)</title>", html))
