@@ -487,6 +487,18 @@ def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
     return KeepingTheForcedExit
 
 
+def _counting_ports_cut(base: type[Any]) -> type[Any]:
+    """uvicorn's server (``base``, made by ``once_per_interrupt``), whose stop by a signal
+    ends ``serve()`` with ``Interrupted`` when the workers' own ports cut requests, even if
+    its own port cut none (``_with_ports_cut`` then says them)."""
+
+    class CountingPortsCut(base):  # type: ignore[misc]  # uvicorn is imported lazily
+        def cut_elsewhere(self) -> bool:
+            return _ports_cut(self.config.app) is not None
+
+    return CountingPortsCut
+
+
 def _ports_cut(app: Any) -> str | None:
     """What the workers' own ports cut as the server stopped, in words for its one line: how
     many requests, the first few named with their worker, and the workers that did not say
@@ -520,7 +532,7 @@ def _with_ports_cut(exc: Interrupted, app: Any) -> Interrupted:
 
 
 @contextlib.contextmanager
-def _stop_signals_said_as_the_forced_exit(server: Any, app: Any) -> Iterator[None]:
+def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
     """Around ``server.run()``: a SIGINT or SIGTERM once a forced exit has ended ``serve()``
     (while ``asyncio.run`` cancels what is left, before the command says its line) ends the
     command with that exit's ``Interrupted``, its one line said. Their handlers were Python's
@@ -538,10 +550,6 @@ def _stop_signals_said_as_the_forced_exit(server: Any, app: Any) -> Iterator[Non
         forced = getattr(server, "forced", None)
         if forced is not None:
             raise forced
-        if _ports_cut(app) is not None:
-            # uvicorn's stop raising the signal again: nothing cut on the main port, but the
-            # workers' ports cut requests (a SIGTERM ended the process without a word of them).
-            raise Interrupted(signum)
         before = previous[signum]
         if callable(before):
             before(signum, frame)  # Python's for SIGINT: a KeyboardInterrupt
@@ -593,12 +601,14 @@ def _run_server(
         **server_limits(limits),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = _keeping_the_forced_exit(_saying_losses(once_per_interrupt(uvicorn.Server), losses))(config)
+    server = _keeping_the_forced_exit(
+        _saying_losses(_counting_ports_cut(once_per_interrupt(uvicorn.Server)), losses)
+    )(config)
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)
     try:
-        with _stop_signals_said_as_the_forced_exit(server, app):
+        with _stop_signals_said_as_the_forced_exit(server):
             server.run(sockets=sockets)
     except Interrupted as exc:
         # Said as the main port's cuts are: the workers' own ports were cut as the server's

@@ -114,6 +114,17 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                     # As for a forced exit: said in the command's one line, the signal not
                     # raised again (after a SIGTERM the process died of it, -15, that line unsaid).
                     raise Interrupted(self._first_signal, stopped=self._deadline_cut)
+                if self._first_stop is not None and self.cut_elsewhere():
+                    # Nothing cut here, but the stop cut requests served elsewhere: said in the
+                    # command's one line too. Raised here, before uvicorn raises the signal
+                    # again (SIGHUP's handler is the default by then: the process died of it, -1).
+                    raise Interrupted(self._first_signal)
+
+        def cut_elsewhere(self) -> bool:
+            """Whether the stop cut requests this server does not serve (then it ends with
+            ``Interrupted``, as when it cuts its own): never, here; ``serve --workers`` asks
+            whether its workers' own ports cut any."""
+            return False
 
         @contextlib.contextmanager
         def _deadline_said_by_us(self) -> Iterator[None]:
