@@ -171,12 +171,15 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns (and as a script exits with) the exit status."""
-    on_sigint = signal.getsignal(signal.SIGINT)
+    # Ignored while the line of a stop is said (by ``_interrupted``, and by ``serve`` from its
+    # server's end: SIGTERM too), given back as found: a process calling ``main`` goes on.
+    found = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _main(argv)
     finally:
-        if _in_main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, on_sigint)  # as ``_interrupted`` found it
+        for signum, handler in found.items():
+            if _in_main_thread() and signal.getsignal(signum) is signal.SIG_IGN:
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -534,3 +534,45 @@ def test_a_stop_cutting_only_a_workers_port_is_said(tmp_path: Path, sig: int) ->
             "(POST /work/advance on worker 1)"
         ],
     ), "\n".join(lines)
+
+
+#: ``serve`` run in-process from the main thread, stopped by a SIGINT once it listens; then what
+#: the process's stop signals are handled by (``main`` returned: the host goes on).
+_EMBEDDED = """
+import os, signal, socket, sys, threading, time
+from ckpt_events.participants.cli.main import main
+
+port, token = int(sys.argv[1]), sys.argv[2]
+
+def interrupt_once_listening():
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_once_listening, daemon=True).start()
+status = main(["serve", "environment", "--port", str(port), "--token-file", token])
+print(status, signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+      signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+"""
+
+
+def test_serve_run_in_process_gives_the_stop_signals_back(tmp_path: Path) -> None:
+    """``main(["serve", ...])`` called in a process that goes on after it (a test, an embedder),
+    stopped by a Ctrl-C: it left SIGTERM ignored in that process (``kill`` no longer stopped it);
+    SIGINT and SIGTERM are now handled as before the call."""
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    done = subprocess.run(
+        [sys.executable, "-c", _EMBEDDED, str(free_port()), str(token)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")},
+    )
+    assert (done.stdout, done.stderr) == ("130 True True\n", "ckpt-events serve: interrupted\n")
