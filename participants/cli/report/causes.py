@@ -38,6 +38,7 @@ from ckpt_events import (
     PrepareNotReady,
     Refused,
     StageFinished,
+    StepFinished,
 )
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
@@ -98,6 +99,14 @@ class SpanError:
     said: str
     #: Whose calls failed and how, as the controller recorded them on this span.
     members: list[MemberFailure]
+    #: The span's parent in its trace (a step's: its operation's span).
+    parent_span_id: int | None = None
+    #: The step's name, for a participant's step (``write``); ``None`` for any other span.
+    step: str | None = None
+    #: The error's name, without its module path (``ValueError``, ``ProtocolRefusal``).
+    error_name: str = ""
+    #: ``ValueError: bad rows``: the error's name and message, uncut (a refusal's: its message).
+    error: str = ""
 
 
 #: The shared empty values of ``TraceCauses``'s mappings (read-only: never written to).
@@ -369,7 +378,20 @@ def _error(e: FinishedSpan, t: int) -> SpanError:
     what = message if name == _REFUSAL and message else f"{name}: {message}" if message else name
     said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
     members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
-    return SpanError(t, e.start_ns, e.span_id, who_wrote(e), _operation_of(e), said, members)
+    step = e.step if isinstance(e, StepFinished) else None
+    return SpanError(
+        t,
+        e.start_ns,
+        e.span_id,
+        who_wrote(e),
+        _operation_of(e),
+        said,
+        members,
+        e.parent_span_id,
+        step,
+        name,
+        what,
+    )
 
 
 def _operation_of(e: FinishedSpan) -> str:
@@ -390,7 +412,10 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
     # the call went unanswered (its timeout ends the span seconds later), so another's lease that
     # ran out while the controller waited on it comes after it, as a consequence.
     recorded: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    # Per trace, (who, operation) -> the records of it made in that trace.
+    records_in: list[dict[tuple[str, str], list[tuple[str, str]]]] = []
     for trace in traces:
+        in_trace: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for error in trace.errors:
             for m in error.members:
                 key = (who_of(m.kind, m.instance, None), m.said)
@@ -398,12 +423,21 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
                 recorded[key] = (min(at, error.start_ns), operations)
                 if error.operation not in operations:
                     operations.append(error.operation)
+                in_trace.setdefault((key[0], error.operation), []).append(key)
+        records_in.append(in_trace)
     # A participant's failed operation that the controller recorded is said once, by the record
     # (its code and HTTP status; the participant's message is its detail).
     named = {(who, operation) for (who, _), (_, operations) in recorded.items() for operation in operations}
-    for trace in traces:
+    # And so is the step that failed it: the record says which step, and the error's name.
+    steps: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for trace, in_trace in zip(traces, records_in, strict=True):
+        spans = {error.span_id: error for error in trace.errors}
         for error in trace.errors:
             if error.members or (error.who, error.operation) in named:
+                continue
+            record = _record_of_step(error, spans, in_trace)
+            if record is not None:
+                steps.setdefault(record[0], []).append((record[1], error.step or "", error.error_name))
                 continue
             below = trace.first_failed_below.get(error.span_id)
             if error.who == "controller" and below is not None and below <= error.time_ns:
@@ -412,8 +446,49 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
                 timed.append((error.time_ns, error.said))
     following = following or [stop for trace in traces for stop in trace.stops]
     said = []
-    for (who, what), (at, operations) in recorded.items():
-        cause = f"{who} {clipped(what, _MESSAGE)} (at {' and '.join(operations)})"
+    for key, (at, operations) in recorded.items():
+        who, what = key
+        cause = f"{who} {clipped(what, _MESSAGE)} (at {_at(operations, steps.get(key, []))})"
         timed.append((at, cause))
         said.append(cause)
     return timed, said, following
+
+
+def _record_of_step(
+    error: SpanError,
+    spans: Mapping[int, SpanError],
+    in_trace: Mapping[tuple[str, str], list[tuple[str, str]]],
+) -> tuple[tuple[str, str], str] | None:
+    """The controller's record (and the operation) of the same failure as ``error``, a
+    participant's step, if there is one: its operation failed with the same error and the
+    controller recorded that operation's failure in the same trace (``spans``: the trace's
+    failed spans by id). ``None`` for any other span: a step its operation outlived, or whose
+    operation failed otherwise, is a failure of its own."""
+    if error.step is None or error.parent_span_id is None:
+        return None
+    operation = spans.get(error.parent_span_id)
+    if (
+        operation is None
+        or operation.step is not None
+        or operation.who != error.who
+        or operation.error != error.error
+    ):
+        return None
+    records = in_trace.get((error.who, operation.operation), [])
+    if not records:
+        return None
+    # Two records of one operation in one trace: the one that says this error's message.
+    detail = error.error.split(": ", 1)[-1]
+    return next((r for r in records if detail in r[1]), records[0]), operation.operation
+
+
+def _at(operations: Sequence[str], steps: Sequence[tuple[str, str, str]]) -> str:
+    """``commit step write, raising ValueError``: the ``operations`` a record was said at, each
+    with the ``steps`` (operation, step, error's name) that failed it; a refusal's name is
+    not said (the record's code is)."""
+    where = []
+    for operation in operations:
+        failed = list(dict.fromkeys(step for at, step, _ in steps if at == operation))
+        where.append(f"{operation} step {', '.join(failed)}" if failed else operation)
+    names = list(dict.fromkeys(name for _, _, name in steps if name != _REFUSAL))
+    return " and ".join(where) + (f", raising {', '.join(names)}" if names else "")

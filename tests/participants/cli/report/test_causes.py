@@ -5,6 +5,7 @@ checkpoint as the overview folds the logs, and said by ``overview`` as ``report`
 from __future__ import annotations
 
 import contextlib
+import errno
 import re
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.participants import create_app
+from ckpt_events.participants.cli.fleet import local_fleet
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.causes import (
     CAUSES_SHOWN,
@@ -324,7 +326,10 @@ def test_a_span_that_failed_keeps_its_error_in_words_and_marks_its_parent() -> N
     )
     causes.span_failed(failed, 20)
     said = "prepare failed on agent/agent-0 (WorkError: upstream went away)"
-    assert causes.errors == [SpanError(20, 0, 2, "agent/agent-0", "prepare", said, [])]
+    error = "WorkError: upstream went away"
+    assert causes.errors == [
+        SpanError(20, 0, 2, "agent/agent-0", "prepare", said, [], 1, None, "WorkError", error)
+    ]
     assert set(causes.first_failed_below) == {1}
     assert not causes.stops
 
@@ -857,3 +862,102 @@ def test_a_refusal_in_a_trace_two_rows_of_its_id_share_goes_by_time_among_them()
     assert restore.causes[-1].startswith(
         "model/model-0 refused: invalid_phase (409), of this restore or another of c1"
     ), restore.causes
+
+
+def _bad_rows(step: str) -> None:
+    """A store step hook: the records a commit writes are refused as bad."""
+    if step == "write_records":
+        raise ValueError("bad rows in shard 3")
+
+
+def _disk_full(step: str) -> None:
+    """A store step hook: the disk is full as the records are written."""
+    if step == "write_records":
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+async def _failed_writes(root: Path, instances: Sequence[str], on_step: Any) -> list[Any]:
+    """A checkpoint of c1 by real resources participants ``instances`` (uvicorn on 127.0.0.1)
+    under a real ``Coordinator``, each commit's write failing at ``on_step``; its events."""
+    members = [("resources", i) for i in instances]
+    async with capture_events() as (bus, events):
+        async with local_fleet(
+            token=TOKEN, bus=bus, members=members, checkpoint_root=root, faults=FaultPlan(on_step=on_step)
+        ) as urls:
+            fleet = [Member(name=i, kind=k, instance=i, url=urls[i]) for k, i in members]
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            async with Coordinator(fleet, token=TOKEN, telemetry=tel) as co:
+                with pytest.raises(CoordinationError):
+                    await co.checkpoint("c1", str(root / "ck"), deadline_ts=time.time() + 10)
+        await bus.flush()
+    return events
+
+
+@pytest.mark.parametrize(
+    ("on_step", "said"),
+    [
+        (_bad_rows, "bad rows in shard 3 (at commit step write, raising ValueError)"),
+        # A refusal's name is not said: the code the controller got is.
+        (_disk_full, "cannot write records in {ck}/gym/resources/"),
+    ],
+)
+async def test_a_failed_step_the_controller_recorded_is_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_step: Any, said: str
+) -> None:
+    """A real participant's commit fails at its write step: the controller's record and the
+    step are one failure, said once with the facts of both (the code the controller got, the
+    step, the error's name). It said it twice: "resources/resources-0 refused: checkpoint_error
+    (409): bad rows in shard 3 (at commit); write failed on resources/resources-0 (ValueError:
+    bad rows in shard 3)"."""
+    events = await _failed_writes(tmp_path, ["resources-0"], on_step)
+    out = await _reported(events, tmp_path, capsys)
+    cause = re.search(r"#1 checkpoint failed: (.*?) checkpoint c1", out)
+    assert cause is not None, out
+    refused = "resources/resources-0 refused: checkpoint_error (409): "
+    assert cause.group(1).startswith(refused + said.format(ck=tmp_path / "ck")), out
+    assert cause.group(1).endswith(
+        " (at commit step write" + (", raising ValueError)" if on_step is _bad_rows else ")")
+    )
+    assert "; " not in cause.group(1).removeprefix(refused) and "write failed" not in out, out
+
+
+async def test_two_participants_whose_steps_failed_are_both_said(tmp_path: Path) -> None:
+    """Two real participants fail their commit's write: each is said once, by its own record
+    with its step, neither lost to the other."""
+    events = await _failed_writes(tmp_path, ["resources-0", "resources-1"], _bad_rows)
+    (row,) = overview(sorted(events, key=event_time)).rows
+    assert sorted(row.causes) == [
+        f"resources/resources-{i} refused: checkpoint_error (409): bad rows in shard 3 "
+        "(at commit step write, raising ValueError)"
+        for i in (0, 1)
+    ], row.causes
+
+
+async def _step_and_operation_failing_differently() -> list[Any]:
+    """model-0's commit: its write step fails (ValueError), the commit goes on and fails
+    otherwise (OSError); the controller records the commit's failure."""
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        model = Telemetry(bus, kind="model", instance="model-0")
+        member = Member("model-0", "model", "model-0", "u")
+        record = failures_value([member], {"model-0": "refused: checkpoint_error (409): disk gone"})
+        with pytest.raises(RuntimeError), ctl.coordinate("commit", checkpoint_id="c1") as call:
+            with pytest.raises(OSError):
+                with model.operation("commit", checkpoint_id="c1", traceparent=call.traceparent()) as op:
+                    with contextlib.suppress(ValueError), op.step("write"):
+                        raise ValueError("bad rows in shard 3")
+                    raise OSError("disk gone")
+            call.set_attribute(FAILURES_ATTRIBUTE, record)
+            raise RuntimeError("commit failed: model-0: refused: checkpoint_error (409): disk gone")
+    return events
+
+
+def test_a_participant_failing_twice_differently_keeps_both() -> None:
+    """A step that failed otherwise than the operation the controller recorded is a failure of
+    its own: both are said."""
+    events = anyio.run(_step_and_operation_failing_differently)
+    (row,) = overview(events).rows
+    assert row.causes == [
+        "model/model-0 refused: checkpoint_error (409): disk gone (at commit)",
+        "write failed on model/model-0 (ValueError: bad rows in shard 3)",
+    ], row.causes
