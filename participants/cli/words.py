@@ -30,7 +30,9 @@ def clipped(text: str, most: int) -> str:
     room = flat[: max(1, most - 1)]
     if not flat[len(room)].isspace():
         ends = [m.start() if m.group().isspace() else m.end() for m in _BREAK.finditer(room)]
-        if ends and ends[-1] > 0:
+        # A token of more than half of ``most`` with no separator is cut where it must: cut
+        # before it, a 1,024-character message of one token said nothing ("ValueError…").
+        if ends and ends[-1] > 0 and len(room) - ends[-1] <= most // 2:
             room = room[: ends[-1]]
     return room.rstrip(" ,;:") + "…"
 

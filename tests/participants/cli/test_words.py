@@ -52,6 +52,14 @@ def test_clipped_cuts_at_a_word() -> None:
     )
 
 
+def test_clipped_cuts_a_long_token_with_no_separator_where_it_must() -> None:
+    """A message of one 1,024-character token (a hash, base64) keeps what fits of it: it was cut
+    before the token, "ValueError: xxx…" said as "ValueError…"."""
+    assert clipped("ValueError: " + "x" * 1024, 80) == "ValueError: " + "x" * 67 + "…"
+    # A word shorter than half of ``most`` is still never cut inside.
+    assert clipped("ValueError: " + "x" * 30 + " " + "y" * 39, 80) == "ValueError: " + "x" * 30 + "…"
+
+
 @pytest.mark.parametrize(
     ("value", "words"),
     [
