@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 from ckpt_events import Event
 from ckpt_events.participants.cli.report.html import write_timeline
+from ckpt_events.participants.cli.report.named import checkpoint_of, named_line
 from ckpt_events.participants.cli.report.png import find_browser, write_png
+from ckpt_events.participants.cli.text import escape, short_id
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.participants.writable import unwritable
 
@@ -78,6 +80,17 @@ def write_report(
         return (
             f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
         )
-    write_timeline(path, events=events, title=title, tallies=tallies, whole=whole)
     what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
+    if suffix == ".svg" and whole is not None and whole.named:
+        # One waterfall of a checkpoint's several requests: the last, said as such (it read
+        # "of the checkpoint", one request of c1's ten, titled by the log's name alone).
+        line = named_line(whole.named[-1])
+        number = whole.earlier + len(whole.named)
+        checkpoint = escape(short_id(checkpoint_of(whole.named[-1])))
+        title = f"{title}: #{number} {line.title}"
+        what = (
+            f"SVG waterfall of the last of {checkpoint}'s {counted(number, 'request')}, "
+            f"#{number} {escape(line.title)}; an .html page draws the last {len(whole.named)}"
+        )
+    write_timeline(path, events=events, title=title, tallies=tallies, whole=whole)
     return f"report written to {path} ({what})"

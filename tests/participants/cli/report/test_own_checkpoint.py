@@ -157,3 +157,21 @@ def test_a_long_request_seen_again_after_newer_ones_is_counted_once() -> None:
     )
     seen.see(long)
     assert (seen.order(), seen.earlier) == ([2, 3], 1)
+
+
+def test_an_svg_of_a_checkpoint_says_which_of_its_requests_it_draws(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An SVG is one waterfall: of c1's four requests it draws the last, and said 'SVG waterfall
+    of the checkpoint', titled 'report of events.jsonl' alone. It now names the request drawn,
+    on the command line and in the picture's title, and says the page draws each."""
+    log = tmp_path / "events.jsonl"
+    _serve(log)
+    svg = tmp_path / "c1.svg"
+    assert main(["report", str(log), "--checkpoint", "c1", "--report", str(svg)]) == 0
+    written = capsys.readouterr().out.splitlines()[-1]
+    assert written == (
+        f"report written to {svg} (SVG waterfall of the last of c1's 4 requests, "
+        "#4 restore judge-0 ok; an .html page draws the last 4)"
+    ), written
+    assert ">report of events.jsonl: #4 restore judge-0 ok (" in svg.read_text()
