@@ -110,11 +110,21 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(nothing_read(args.logs, paths, problems))
     out = console()
     rows = chosen_rows(run, args.checkpoint)
-    if args.checkpoint is not None and not rows and run.rows:
-        known = ", ".join(escape(short_id(i)) for i in sorted({r.checkpoint_id or "" for r in run.rows})[:5])
-        raise CommandError(f"no checkpoint {shown(args.checkpoint)} in the logs (there are: {known})")
     whole = None
-    if not run.rows:
+    if args.checkpoint is not None and not rows and run.rows:
+        # A user's own server's log beside a controller's: the id may be its requests' alone
+        # (10 requests of c1 read "no checkpoint 'c1' in the logs"), drawn as on its log alone.
+        whole = run.whole(args.checkpoint)
+        if not whole.named:
+            ids = sorted({r.checkpoint_id or "" for r in run.rows})[:5]
+            known = ", ".join(escape(short_id(i)) for i in ids)
+            raise CommandError(f"no checkpoint {shown(args.checkpoint)} in the logs (there are: {known})")
+        say(
+            f"--checkpoint {shown(args.checkpoint)}: no controller's checkpoint or restore in these logs has "
+            "that id: shown are every participant's totals, each operation's and step's figures and every "
+            "trace of participants' operations given that checkpoint_id",
+        )
+    elif not run.rows:
         # Only participants' spans (their parents live in a controller log not given): no
         # checkpoint to name, so every participant's totals are shown as one and the last trace
         # is drawn, the logs streamed again, never listed (1.2M lines listed took 590 MiB).
@@ -131,6 +141,7 @@ def _report(args: argparse.Namespace) -> int:
             f"every participant's totals, each operation's and step's figures and {drawn}; if a "
             "controller coordinated them, pass its log too for each checkpoint and restore",
         )
+    if whole is not None:
         render(
             out,
             whole.events,

@@ -175,3 +175,26 @@ def test_an_svg_of_a_checkpoint_says_which_of_its_requests_it_draws(
         "#4 restore judge-0 ok; an .html page draws the last 4)"
     ), written
     assert ">report of events.jsonl: #4 restore judge-0 ok (" in svg.read_text()
+
+
+def test_own_requests_beside_a_controllers_log_are_drawn_not_denied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A controller's log given with one's own server's: ``--checkpoint c1``, an id of the own
+    server's four requests, read 'no checkpoint 'c1' in the logs', exit 2. The four are drawn as on
+    the own log alone, and said so; an id in neither log is still that one line."""
+    log = tmp_path / "events.jsonl"
+    _serve(log)
+    controller = Path(__file__).parent / "data" / "demo-fault-stall-checkpoint.jsonl"
+    assert main(["report", str(controller), str(log), "--checkpoint", "c1"]) == 0
+    captured = capsys.readouterr()
+    said = [re.sub(r":.*", "", x) for x in captured.out.splitlines() if x.startswith("#") and " total, " in x]
+    assert said == [
+        "#1 prepare judge-0 ok",
+        "#2 commit judge-0 ✗ ConnectionError",
+        "#3 commit judge-0 ok",
+        "#4 restore judge-0 ok",
+    ], captured.out
+    assert "'c1': no controller's checkpoint or restore in these logs has that id" in captured.err
+    assert main(["report", str(controller), str(log), "--checkpoint", "c9"]) == 2
+    assert capsys.readouterr().err.startswith("ckpt-events report: error: no checkpoint 'c9' in the logs")
