@@ -47,21 +47,21 @@ def failure_lines(spans: Sequence[Span]) -> list[str]:
     last): ``✗ ValueError:
     bad rows: [...] (commit, upload of judge/judge-0)``, or ``(prepare of 16 participants:
     environment/env-0, ... and 13 more)``; ``[]`` when no failed span holds a message."""
-    seen: dict[str, tuple[list[str], list[str]]] = {}
+    # Dicts as ordered sets: a list's ``in`` made one message of 40,000 participants 7.0 s.
+    seen: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
     for s in spans:
         text = said(s)
         if text is None:
             continue
-        names, whos = seen.setdefault(text, ([], []))
-        if s.short not in names:
-            names.append(s.short)
-        if s.who not in whos:
-            whos.append(s.who)
+        names, whos = seen.setdefault(text, ({}, {}))
+        names.setdefault(s.short)
+        whos.setdefault(s.who)
     # A controller's error relays what its participants said (``commit failed: resources-0:
     # refused: ...``): theirs come first, the answer to why, then its own.
     relayed = sorted(seen.items(), key=lambda item: all(who == "controller" for who in item[1][1]))
     lines = []
-    for text, (names, whos) in relayed[:_LINES]:
+    for text, (names, who_set) in relayed[:_LINES]:
+        whos = list(who_set)
         where = ", ".join(whos[:_WHO_SHOWN])
         if len(whos) > _WHO_SHOWN:
             where = f"{counted(len(whos), 'participant')}: {where} and {len(whos) - _WHO_SHOWN:,} more"

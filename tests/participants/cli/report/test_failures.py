@@ -5,6 +5,7 @@ under httpx's ASGI transport writes the log."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import anyio
@@ -151,3 +152,18 @@ def test_a_run_page_and_overview_say_the_message_under_the_failed_rows_waterfall
     )
     assert said in capsys.readouterr().out
     assert f'<p class="line">{said}</p>' in page.read_text()
+
+
+def test_one_message_of_a_wide_fleet_is_said_in_linear_time() -> None:
+    """40,000 participants failing with one message: each was looked for in a list of those
+    already named, 7.0 s for their one line (0.47 s at 10,000); now 0.03 s."""
+    details = {"error_type": "ValueError", "error_message": "bad rows"}
+    spans = [Span("prepare", f"environment/env-{i}", 0, 1, 1, True, details=details) for i in range(40_000)]
+    began = time.perf_counter()
+    lines = failure_lines(spans)
+    taken = time.perf_counter() - began
+    assert lines == [
+        "✗ ValueError: bad rows (prepare of 40,000 participants: environment/env-0, environment/env-1, "
+        "environment/env-2 and 39,997 more)"
+    ]
+    assert taken < 1.0, f"{taken:.2f} s"
