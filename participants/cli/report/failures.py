@@ -60,11 +60,11 @@ def failure_lines(spans: Sequence[Span]) -> list[str]:
     # refused: ...``): theirs come first, the answer to why, then its own.
     relayed = sorted(seen.items(), key=lambda item: all(who == "controller" for who in item[1][1]))
     lines = []
-    for text, (names, who_set) in relayed[:_LINES]:
-        whos = list(who_set)
-        where = ", ".join(whos[:_WHO_SHOWN])
-        if len(whos) > _WHO_SHOWN:
-            where = f"{counted(len(whos), 'participant')}: {where} and {len(whos) - _WHO_SHOWN:,} more"
+    for text, (names, said_by) in relayed[:_LINES]:
+        by = list(said_by)
+        where = ", ".join(by[:_WHO_SHOWN])
+        if len(by) > _WHO_SHOWN:
+            where = f"{counted(len(by), 'participant')}: {where} and {len(by) - _WHO_SHOWN:,} more"
         lines.append(f"✗ {text} ({', '.join(names)} of {where})")
     if len(seen) > _LINES:
         lines.append(f"... and {counted(len(seen) - _LINES, 'more distinct failure')}")
