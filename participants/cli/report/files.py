@@ -81,7 +81,11 @@ def write_report(
             f"report written to {path} (PNG rendered by headless {Path(find_browser() or 'chromium').name})"
         )
     what = "SVG waterfall of the checkpoint" if suffix == ".svg" else "HTML page"
-    if suffix == ".svg" and whole is not None and whole.named:
+    if suffix == ".svg" and whole is not None and not whole.named:
+        # Logs with no controller's checkpoint: the waterfall is the logs' last trace (it read
+        # "of the checkpoint", of logs that name none).
+        what = "SVG waterfall of the logs' last trace: no controller's checkpoint in them to draw"
+    elif suffix == ".svg" and whole is not None and whole.named:
         # One waterfall of a checkpoint's several requests: the last, said as such (it read
         # "of the checkpoint", one request of c1's ten, titled by the log's name alone).
         line = named_line(whole.named[-1])

@@ -177,6 +177,23 @@ def test_an_svg_of_a_checkpoint_says_which_of_its_requests_it_draws(
     assert ">report of events.jsonl: #4 restore judge-0 ok (" in svg.read_text()
 
 
+def test_an_svg_of_logs_without_a_checkpoint_says_it_draws_their_last_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--checkpoint``, a controller-less log's SVG is its last trace: it said 'SVG
+    waterfall of the checkpoint' of logs that name none."""
+    log = tmp_path / "events.jsonl"
+    _serve(log)
+    svg = tmp_path / "last.svg"
+    assert main(["report", str(log), "--report", str(svg)]) == 0
+    written = capsys.readouterr().out.splitlines()[-1]
+    assert written == (
+        f"report written to {svg} (SVG waterfall of the logs' last trace: no controller's checkpoint "
+        "in them to draw)"
+    ), written
+    assert svg.read_text().startswith("<svg")
+
+
 def test_own_requests_beside_a_controllers_log_are_drawn_not_denied(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
