@@ -107,6 +107,18 @@ class SpanError:
     error_name: str = ""
     #: ``ValueError: bad rows``: the error's name and message, uncut (a refusal's: its message).
     error: str = ""
+    #: The worker of a multi-worker participant that ran the span (``None``: its main process).
+    worker: int | None = None
+
+    @property
+    def member(self) -> str:
+        """``kind/instance``: the participant, whichever of its processes ran the span."""
+        return self.who if self.worker is None else self.who.removesuffix(f"/w{self.worker}")
+
+    @property
+    def detail(self) -> str:
+        """The error's message without its name (a refusal's: without its code)."""
+        return self.error.split(": ", 1)[-1]
 
 
 #: The shared empty values of ``TraceCauses``'s mappings (read-only: never written to).
@@ -391,6 +403,7 @@ def _error(e: FinishedSpan, t: int) -> SpanError:
         step,
         name,
         what,
+        e.worker,
     )
 
 
@@ -398,6 +411,25 @@ def _operation_of(e: FinishedSpan) -> str:
     if isinstance(e, StageFinished):
         return Operation.PREPARE.value  # a stage of coordinate.prepare
     return what_of(e)
+
+
+#: How the controller's record of a call it got no answer to starts (``fan_out.described``): a
+#: failure of that participant's operation is then not what the record says, but one of its own.
+_NO_ANSWER: Final = ("no whole reply from ", "unreachable at ")
+#: Workers named in a record's words; the rest are counted.
+_WORKERS_SHOWN: Final = 4
+
+#: A controller's record of a member's failure: (``kind/instance``, what it said).
+_Record: TypeAlias = tuple[str, str]
+
+
+@dataclass
+class _Said:
+    """What a record says beside its words: the participant's steps that failed it (operation,
+    step, error's name) and the workers whose share of it failed."""
+
+    steps: list[tuple[str, str, str]] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)
 
 
 def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], list[str], list[str]]:
@@ -411,11 +443,11 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
     # recorded it, when its call was made: a participant frozen through its prepare is said when
     # the call went unanswered (its timeout ends the span seconds later), so another's lease that
     # ran out while the controller waited on it comes after it, as a consequence.
-    recorded: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    recorded: dict[_Record, tuple[int, list[str]]] = {}
     # Per trace, (who, operation) -> the records of it made in that trace.
-    records_in: list[dict[tuple[str, str], list[tuple[str, str]]]] = []
+    records_in: list[dict[tuple[str, str], list[_Record]]] = []
     for trace in traces:
-        in_trace: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        in_trace: dict[tuple[str, str], list[_Record]] = {}
         for error in trace.errors:
             for m in error.members:
                 key = (who_of(m.kind, m.instance, None), m.said)
@@ -425,19 +457,54 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
                     operations.append(error.operation)
                 in_trace.setdefault((key[0], error.operation), []).append(key)
         records_in.append(in_trace)
-    # A participant's failed operation that the controller recorded is said once, by the record
-    # (its code and HTTP status; the participant's message is its detail).
-    named = {(who, operation) for (who, _), (_, operations) in recorded.items() for operation in operations}
-    # And so is the step that failed it: the record says which step, and the error's name.
-    steps: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    # A participant's failed operation that the controller recorded as its answer is said once,
+    # by the record (its code and HTTP status; the participant's message is its detail). A call
+    # the controller got no answer to (its timeout came first) records no failure of the
+    # operation: one that failed all the same failed otherwise, and is said on its own.
+    named = {
+        (who, operation)
+        for (who, said), (_, operations) in recorded.items()
+        if not said.startswith(_NO_ANSWER)
+        for operation in operations
+    }
+    # And so are the step that failed it and its workers' shares: the record says which step,
+    # the error's name, and which workers.
+    said_with: dict[_Record, _Said] = {}
     for trace, in_trace in zip(traces, records_in, strict=True):
+        folded = _folded(trace.errors, in_trace, named)
+        # A step of an operation said on its own, that failed it (the same error), is said by it.
+        steps_of: dict[int, list[str]] = {}
+        merged: set[int] = set()
         spans = {error.span_id: error for error in trace.errors}
         for error in trace.errors:
-            if error.members or (error.who, error.operation) in named:
+            parent = spans.get(error.parent_span_id) if error.parent_span_id is not None else None
+            if (
+                error.step is not None
+                and error.span_id not in folded
+                and parent is not None
+                and parent.step is None
+                and not parent.members
+                and parent.span_id not in folded
+                and parent.who == error.who
+                and parent.error == error.error
+            ):
+                steps_of.setdefault(parent.span_id, []).append(error.step)
+                merged.add(error.span_id)
+        for error in trace.errors:
+            if error.span_id in steps_of:
+                steps = ", ".join(dict.fromkeys(steps_of[error.span_id]))
+                what = f"{error.operation} failed on {error.who} at step {steps}"
+                timed.append((error.time_ns, f"{what} ({clipped(error.error, _MESSAGE)})"))
                 continue
-            record = _record_of_step(error, spans, in_trace)
-            if record is not None:
-                steps.setdefault(record[0], []).append((record[1], error.step or "", error.error_name))
+            if error.span_id in merged:
+                continue
+            if error.members or error.span_id in folded:
+                if (record := folded.get(error.span_id)) is not None:
+                    with_record = said_with.setdefault(record[0], _Said())
+                    if error.step is not None:
+                        with_record.steps.append((record[1], error.step, error.error_name))
+                    if error.worker is not None:
+                        with_record.workers.append(error.worker)
                 continue
             below = trace.first_failed_below.get(error.span_id)
             if error.who == "controller" and below is not None and below <= error.time_ns:
@@ -448,47 +515,73 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
     said = []
     for key, (at, operations) in recorded.items():
         who, what = key
-        cause = f"{who} {clipped(what, _MESSAGE)} (at {_at(operations, steps.get(key, []))})"
+        cause = f"{who} {clipped(what, _MESSAGE)} (at {_at(operations, said_with.get(key, _Said()))})"
         timed.append((at, cause))
         said.append(cause)
     return timed, said, following
 
 
-def _record_of_step(
-    error: SpanError,
-    spans: Mapping[int, SpanError],
-    in_trace: Mapping[tuple[str, str], list[tuple[str, str]]],
-) -> tuple[tuple[str, str], str] | None:
-    """The controller's record (and the operation) of the same failure as ``error``, a
-    participant's step, if there is one: its operation failed with the same error and the
-    controller recorded that operation's failure in the same trace (``spans``: the trace's
-    failed spans by id). ``None`` for any other span: a step its operation outlived, or whose
-    operation failed otherwise, is a failure of its own."""
-    if error.step is None or error.parent_span_id is None:
-        return None
-    operation = spans.get(error.parent_span_id)
-    if (
-        operation is None
-        or operation.step is not None
-        or operation.who != error.who
-        or operation.error != error.error
-    ):
-        return None
-    records = in_trace.get((error.who, operation.operation), [])
-    if not records:
-        return None
-    # Two records of one operation in one trace: the one that says this error's message.
-    detail = error.error.split(": ", 1)[-1]
-    return next((r for r in records if detail in r[1]), records[0]), operation.operation
+def _folded(
+    errors: Sequence[SpanError],
+    in_trace: Mapping[tuple[str, str], list[_Record]],
+    named: set[tuple[str, str]],
+) -> dict[int, tuple[_Record, str] | None]:
+    """The participants' failed spans of one trace (``errors``) that are a failure the
+    controller recorded, by span id: each with that record and its operation (``None``: a record
+    made in another trace of the row). A participant's operation is its record's if the
+    controller recorded it as the answer (``named``); a worker's share of it, if the operation
+    failed with the worker's error (a multi-worker participant's refusal says its worker's
+    message); a step, if its operation (or share) failed with the step's error. Any other is a
+    failure of its own: a step its operation outlived, a share or an operation that failed
+    otherwise."""
+    folded: dict[int, tuple[_Record, str] | None] = {}
+    for error in errors:
+        if error.members or error.step is not None or error.worker is not None:
+            continue
+        if (error.who, error.operation) in named:
+            records = [
+                r for r in in_trace.get((error.who, error.operation), []) if not r[1].startswith(_NO_ANSWER)
+            ]
+            # Two records of one operation in one trace: the one that says this error's message.
+            record = next((r for r in records if error.detail in r[1]), records[0]) if records else None
+            folded[error.span_id] = None if record is None else (record, error.operation)
+    spans = {error.span_id: error for error in errors}
+    # A worker's share, then a step (of a share or of an operation): each after its parent.
+    for error in sorted(errors, key=lambda e: e.step is not None):
+        if error.members or error.span_id in folded or error.parent_span_id is None:
+            continue
+        parent = spans.get(error.parent_span_id)
+        if parent is None or parent.step is not None or folded.get(parent.span_id) is None:
+            continue
+        if error.step is not None:
+            same = parent.who == error.who and parent.error == error.error
+        else:  # a worker's share of its participant's operation
+            same = (
+                error.worker is not None
+                and parent.worker is None
+                and parent.who == error.member
+                and parent.operation == error.operation
+                and error.detail in parent.error
+            )
+        if same:
+            folded[error.span_id] = folded[parent.span_id]
+    return folded
 
 
-def _at(operations: Sequence[str], steps: Sequence[tuple[str, str, str]]) -> str:
-    """``commit step write, raising ValueError``: the ``operations`` a record was said at, each
-    with the ``steps`` (operation, step, error's name) that failed it; a refusal's name is
-    not said (the record's code is)."""
+def _at(operations: Sequence[str], said: _Said) -> str:
+    """``commit step write, raising ValueError, in workers w0, w1``: the ``operations`` a record
+    was said at, each with the steps (operation, step, error's name) that failed it, and the
+    workers whose share failed; a refusal's name is not said (the record's code is)."""
     where = []
     for operation in operations:
-        failed = list(dict.fromkeys(step for at, step, _ in steps if at == operation))
+        failed = list(dict.fromkeys(step for at, step, _ in said.steps if at == operation))
         where.append(f"{operation} step {', '.join(failed)}" if failed else operation)
-    names = list(dict.fromkeys(name for _, _, name in steps if name != _REFUSAL))
-    return " and ".join(where) + (f", raising {', '.join(names)}" if names else "")
+    names = list(dict.fromkeys(name for _, _, name in said.steps if name != _REFUSAL))
+    workers = [f"w{w}" for w in sorted(set(said.workers))]
+    more = len(workers) - _WORKERS_SHOWN
+    shown_workers = ", ".join(workers[:_WORKERS_SHOWN]) + (f" and {more:,} more" if more > 0 else "")
+    return (
+        " and ".join(where)
+        + (f", raising {', '.join(names)}" if names else "")
+        + (f", in worker{'s' if len(workers) > 1 else ''} {shown_workers}" if workers else "")
+    )

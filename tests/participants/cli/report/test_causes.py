@@ -27,11 +27,12 @@ from ckpt_events import (
     PrepareNotReady,
     Refused,
     StageFinished,
+    StepFinished,
     StepStarted,
     Telemetry,
 )
 from ckpt_events.participants import create_app
-from ckpt_events.participants.cli.fleet import local_fleet
+from ckpt_events.participants.cli.fleet import local_fleet, serving
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.causes import (
     CAUSES_SHOWN,
@@ -57,6 +58,7 @@ from ckpt_events.participants.controller.types import (
 from ckpt_events.participants.errors import CoordinationError
 from ckpt_events.participants.faults import FaultPlan
 from ckpt_events.participants.protocol import NOT_READY_WORKER_BLOCKERS, NOT_READY_WORKERS
+from ckpt_events.participants.server.app import make_workload
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.testing import capture_events
 from ckpt_events.vocab import CollectionAction, ErrorCode, Operation, Outcome, Phase
@@ -960,4 +962,70 @@ def test_a_participant_failing_twice_differently_keeps_both() -> None:
     assert row.causes == [
         "model/model-0 refused: checkpoint_error (409): disk gone (at commit)",
         "write failed on model/model-0 (ValueError: bad rows in shard 3)",
+    ], row.causes
+
+
+async def test_a_workers_failed_share_the_controller_recorded_is_said_once(tmp_path: Path) -> None:
+    """A real two-worker participant (its workers behind its real Unix socket, served by uvicorn
+    on 127.0.0.1) whose workers' writes fail: the controller's record, each worker's share and
+    step are one failure, said once with the step, the error's name and the workers. It said
+    five: "resources/resources-0 refused: checkpoint_error (409): bad rows in shard 3 (at commit
+    step write)", "write failed on resources/resources-0/w1 (ValueError: ...)", "commit failed on
+    resources/resources-0/w1 (...)", "write failed on resources/resources-0/w0 (...)", "... and 1
+    more": a worker's spans name ``kind/instance/wN``, the record ``kind/instance``."""
+    async with capture_events() as (bus, events):
+
+        def worker(index: int) -> Any:
+            tel = Telemetry(bus, kind="resources", instance="resources-0", worker=index)
+            return make_workload("resources", tel)
+
+        app = create_app(
+            "resources", instance="resources-0", token=TOKEN, bus=bus, checkpoint_root=tmp_path,
+            faults=FaultPlan(on_step=_bad_rows), workers=2, worker_factory=worker,
+        )  # fmt: skip
+        async with serving(app) as url:
+            tel = Telemetry(bus, kind="controller", instance="coordination")
+            fleet = [Member("resources-0", "resources", "resources-0", url)]
+            async with Coordinator(fleet, token=TOKEN, telemetry=tel) as co:
+                with pytest.raises(CoordinationError):
+                    await co.checkpoint("c1", str(tmp_path / "ck"), deadline_ts=time.time() + 10)
+        await bus.flush()
+    assert {e.worker for e in events if isinstance(e, StepFinished) and e.step == "write"} == {None, 0, 1}
+    (row,) = overview(sorted(events, key=event_time)).rows
+    assert row.causes == [
+        "resources/resources-0 refused: checkpoint_error (409): bad rows in shard 3 "
+        "(at commit step write, raising ValueError, in workers w0, w1)"
+    ], row.causes
+
+
+async def _operation_failing_after_its_call_timed_out() -> list[Any]:
+    """model-0's commit outlives the controller's call (recorded as no reply), then fails at
+    its write step (ValueError)."""
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        model = Telemetry(bus, kind="model", instance="model-0")
+        member = Member("model-0", "model", "model-0", "u")
+        no_reply = "no whole reply from http://127.0.0.1:9/c: ReadTimeout: no answer within 5.4 s"
+        record = failures_value([member], {"model-0": no_reply})
+        with pytest.raises(RuntimeError), ctl.coordinate("commit", checkpoint_id="c1") as call:
+            with pytest.raises(ValueError):
+                with model.operation("commit", checkpoint_id="c1", traceparent=call.traceparent()) as op:
+                    with op.step("write"):
+                        raise ValueError("bad rows in shard 3")
+            call.set_attribute(FAILURES_ATTRIBUTE, record)
+            raise RuntimeError(f"commit failed: model-0: {no_reply}")
+    return events
+
+
+def test_an_operation_that_failed_after_its_call_timed_out_is_said_on_its_own() -> None:
+    """The controller's call timed out, then the participant's operation failed otherwise: two
+    failures, each said once (the operation with the step that failed it). The record took the
+    step as its own: "model/model-0 no whole reply from ...: ReadTimeout: no answer within 5.4 s
+    (at commit step write, raising ValueError)", and the operation's failure was dropped."""
+    events = anyio.run(_operation_failing_after_its_call_timed_out)
+    (row,) = overview(events).rows
+    assert row.causes == [
+        "model/model-0 no whole reply from http://127.0.0.1:9/c: ReadTimeout: no answer within 5.4 s "
+        "(at commit)",
+        "commit failed on model/model-0 at step write (ValueError: bad rows in shard 3)",
     ], row.causes
