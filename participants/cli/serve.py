@@ -468,25 +468,6 @@ def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     return SayingLosses
 
 
-def _keeping_the_forced_exit(base: type[Any]) -> type[Any]:
-    """uvicorn's server (``base``, made by ``once_per_interrupt``), keeping the ``Interrupted`` a
-    forced exit ended ``serve()`` with (``forced``) for ``_stop_signals_said_as_the_forced_exit``."""
-
-    class KeepingTheForcedExit(base):  # type: ignore[misc]  # uvicorn is imported lazily
-        forced: Interrupted | None = None
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            try:
-                with super().capture_signals():
-                    yield
-            except Interrupted as exc:
-                self.forced = exc
-                raise
-
-    return KeepingTheForcedExit
-
-
 def _counting_ports_cut(base: type[Any]) -> type[Any]:
     """uvicorn's server (``base``, made by ``once_per_interrupt``), whose stop by a signal
     ends ``serve()`` with ``Interrupted`` when the workers' own ports cut requests, even if
@@ -533,9 +514,10 @@ def _with_ports_cut(exc: Interrupted, app: Any) -> Interrupted:
 
 @contextlib.contextmanager
 def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
-    """Around ``server.run()``: a SIGINT or SIGTERM once a forced exit has ended ``serve()``
-    (while ``asyncio.run`` cancels what is left, before the command says its line) ends the
-    command with that exit's ``Interrupted``, its one line said. Their handlers were Python's
+    """Around ``server.run()``: a SIGINT or SIGTERM once ``serve()`` has ended with
+    ``Interrupted`` (a forced exit, or a stop that cut requests: the server's ``interrupted``),
+    while ``asyncio.run`` cancels what is left, before the command says its line, ends the
+    command with that ``Interrupted``, its one line said. Their handlers were Python's
     again there: a SIGTERM killed the process, what the forced exit cut never said (-15, no
     line), a SIGINT's ``KeyboardInterrupt`` took the place of the ``Interrupted`` (the line said
     only "interrupted", and 130 after a SIGTERM's stop). Any other is handled as before (uvicorn
@@ -547,9 +529,9 @@ def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
     previous: dict[int, Any] = {signum: signal.getsignal(signum) for signum in stops}
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        forced = getattr(server, "forced", None)
-        if forced is not None:
-            raise forced
+        ended = getattr(server, "interrupted", None)  # once_per_interrupt's
+        if ended is not None:
+            raise ended
         before = previous[signum]
         if callable(before):
             before(signum, frame)  # Python's for SIGINT: a KeyboardInterrupt
@@ -601,9 +583,7 @@ def _run_server(
         **server_limits(limits),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = _keeping_the_forced_exit(
-        _saying_losses(_counting_ports_cut(once_per_interrupt(uvicorn.Server)), losses)
-    )(config)
+    server = _saying_losses(_counting_ports_cut(once_per_interrupt(uvicorn.Server)), losses)(config)
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)

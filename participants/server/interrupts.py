@@ -94,6 +94,9 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
         _cut_requests: list[str] | None = None
         #: What the graceful-shutdown deadline of a stop by a signal cut, in words, once it has.
         _deadline_cut: str | None = None
+        #: The ``Interrupted`` ``serve()`` ended with, once it has (a signal after that, while
+        #: ``asyncio.run`` cleans up, is the same stop: ``serve`` says this one's line).
+        interrupted: Interrupted | None = None
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -105,20 +108,29 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
                     # handler scheduled (the signal uvicorn took was then raised again, a
                     # KeyboardInterrupt past this line, in a clean-clone run); made here if so.
                     self._cancel_running()
-                if self._cut_requests is not None:
-                    # Raised here, so uvicorn does not raise the signals it took again: after a
-                    # SIGTERM, the forcing SIGINT went to asyncio's handler (which only cancels)
-                    # and the SIGTERM then killed the process, what was cut never said (-15).
-                    raise self._forced()
-                if self._deadline_cut is not None:
-                    # As for a forced exit: said in the command's one line, the signal not
-                    # raised again (after a SIGTERM the process died of it, -15, that line unsaid).
-                    raise Interrupted(self._first_signal, stopped=self._deadline_cut)
-                if self._first_stop is not None and self.cut_elsewhere():
-                    # Nothing cut here, but the stop cut requests served elsewhere: said in the
-                    # command's one line too. Raised here, before uvicorn raises the signal
-                    # again (SIGHUP's handler is the default by then: the process died of it, -1).
-                    raise Interrupted(self._first_signal)
+                # Raised here, so uvicorn does not raise the signals it took again.
+                ended = self._ended()
+                if ended is not None:
+                    self.interrupted = ended
+                    raise ended
+
+        def _ended(self) -> Interrupted | None:
+            """What ``serve()`` ends with in place of the signals uvicorn would raise again, if
+            the stop cut anything: ``None`` if not (the process then ends of the signal)."""
+            if self._cut_requests is not None:
+                # Forced: after a SIGTERM, the forcing SIGINT went to asyncio's handler (which
+                # only cancels) and the SIGTERM then killed the process, what was cut never said (-15).
+                return self._forced()
+            if self._deadline_cut is not None:
+                # As for a forced exit: said in the command's one line (after a SIGTERM the
+                # process died of the signal, -15, that line unsaid).
+                return Interrupted(self._first_signal, stopped=self._deadline_cut)
+            if self._first_stop is not None and self.cut_elsewhere():
+                # Nothing cut here, but the stop cut requests served elsewhere: said in the
+                # command's one line too (SIGHUP's handler is the default by the time uvicorn
+                # raises it again: the process died of it, -1).
+                return Interrupted(self._first_signal)
+            return None
 
         def cut_elsewhere(self) -> bool:
             """Whether the stop cut requests this server does not serve (then it ends with
@@ -146,7 +158,7 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
             args = record.args if isinstance(record.args, tuple) else ()
             count = args[0] if len(args) == 1 and isinstance(args[0], int) else len(self.server_state.tasks)
             named = _requests_in_flight(self.server_state.connections)
-            requests = (named + [""] * count)[: max(count, len(named))]
+            requests = _each_cut(named, count)
             deadline = self.config.timeout_graceful_shutdown
             self._deadline_cut = (
                 f"at the {deadline} s shutdown deadline, {forced_exit_cut(requests, lifespan_cut=False)}"
@@ -203,11 +215,7 @@ def once_per_interrupt(base: type[uvicorn.Server]) -> type[uvicorn.Server]:
         def _cancel_running(self) -> None:
             if self._cut_requests is not None:
                 return  # made already: as serve() left, or by the loop before that
-            running = [task for task in self.server_state.tasks if not task.done()]
-            named = _requests_in_flight(self.server_state.connections)
-            self._cut_requests = (named + [""] * len(running))[: max(len(running), len(named))]
-            for task in running:
-                task.cancel(msg=FORCED_EXIT)
+            self._cut_requests = _cancel_in_flight(self)
 
     return OncePerInterrupt
 
@@ -218,11 +226,23 @@ def cut_in_flight(server: uvicorn.Server) -> list[str]:
     for one not known). A ``--workers`` worker's port, as its server stops: those requests were
     cut as the worker ended, counted nowhere."""
     server.should_exit = True
+    return _cancel_in_flight(server)
+
+
+def _cancel_in_flight(server: uvicorn.Server) -> list[str]:
+    """Cancel the requests ``server`` still serves (their tracebacks are DEBUG records, by
+    ``FORCED_EXIT``); each one cut, named as ``_each_cut`` names them."""
     running = [task for task in server.server_state.tasks if not task.done()]
-    named = _requests_in_flight(server.server_state.connections)
+    cut = _each_cut(_requests_in_flight(server.server_state.connections), len(running))
     for task in running:
         task.cancel(msg=FORCED_EXIT)
-    return (named + [""] * len(running))[: max(len(running), len(named))]
+    return cut
+
+
+def _each_cut(named: list[str], count: int) -> list[str]:
+    """``count`` requests cut, each ``"METHOD /path"`` as ``named`` (those still in flight on a
+    connection) says, ``""`` for one not known; all of ``named`` if it holds more."""
+    return (named + [""] * count)[: max(count, len(named))]
 
 
 def _requests_in_flight(connections: Iterable[Any]) -> list[str]:
