@@ -77,7 +77,7 @@ import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
-from typing import Any, Final, overload
+from typing import Any, Final, TypeVar, overload
 
 try:
     from starlette.applications import Starlette
@@ -119,6 +119,9 @@ from ckpt_events.participants.fastapi.lifespan import (
 from ckpt_events.participants.fastapi.server_log import redact_server_log
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
+#: What ``_incoming`` builds: an ``Incoming``, or ``incoming()``'s ``ArrivedIncoming``.
+_Brought = TypeVar("_Brought", bound=Incoming)
+
 __all__ = [
     "Incoming",
     "Instrumented",
@@ -145,13 +148,9 @@ def incoming(request: HTTPConnection) -> Incoming:
     else raises ``InvalidTypeError``."""
     _check_request(request)
     arrival = arrival_of(request.scope)
-    found = _incoming(request, arrival, waited=True)
-    if arrival is None:
-        return found
-    # Its operations end the request's wait as operation(request)'s do.
-    arrived = ArrivedIncoming._make(found)
-    arrived.arrival = arrival
-    return arrived
+    found = _incoming(request, arrival, waited=True, kind=ArrivedIncoming)
+    found.arrival = arrival  # its operations end the request's wait as operation(request)'s do
+    return found
 
 
 def _check_request(request: object) -> None:
@@ -163,9 +162,11 @@ def _check_request(request: object) -> None:
         )
 
 
-def _incoming(request: HTTPConnection, arrival: Arrival | None, *, waited: bool) -> Incoming:
-    """``incoming(request)``, its ``received_ns`` left out unless ``waited`` (and the request
-    still waits: the arrival is no wait once it is over)."""
+def _incoming(
+    request: HTTPConnection, arrival: Arrival | None, *, waited: bool, kind: type[_Brought]
+) -> _Brought:
+    """``incoming(request)`` as a ``kind``, its ``received_ns`` left out unless ``waited`` (and
+    the request still waits: the arrival is no wait once it is over)."""
     headers = request.headers
     parents = headers.getlist("traceparent")
     # Two traceparent headers are no valid one: W3C's test suite expects a new trace (the first
@@ -173,8 +174,8 @@ def _incoming(request: HTTPConnection, arrival: Arrival | None, *, waited: bool)
     traceparent = parents[0] if len(parents) == 1 else None
     states = headers.getlist("tracestate")
     if arrival is None:
-        return Incoming.from_headers(traceparent, ",".join(states) if states else None)
-    return Incoming.from_headers(
+        return kind.from_headers(traceparent, ",".join(states) if states else None)
+    return kind.from_headers(
         traceparent,
         ",".join(states) if states else None,
         received_ns=arrival.received_ns if waited and arrival.waiting else None,
@@ -232,15 +233,12 @@ def operation(
     _check_request(request)  # first: a wrong type of `request` is an InvalidTypeError
     tel = telemetry(request)
     arrival = arrival_of(request.scope)
-    if arrival is None or not tel.enabled:  # a no-op handle records nothing to end
-        return _incoming(request, arrival, waited=True).operation(
-            tel, name, checkpoint_id=checkpoint_id, **attributes
-        )
-    # Its received_ns is decided as it starts (HeldOperation.__enter__), by the request's wait then.
-    span = _incoming(request, arrival, waited=False).operation(
+    held = arrival if tel.enabled else None  # a no-op handle records nothing to end
+    # A held one's received_ns is decided as it starts (HeldOperation.__enter__), by the wait then.
+    span = _incoming(request, arrival, waited=held is None, kind=Incoming).operation(
         tel, name, checkpoint_id=checkpoint_id, **attributes
     )
-    return HeldOperation(span, arrival)
+    return span if held is None else HeldOperation(span, held)
 
 
 def _env_ratio(options: Mapping[str, Any]) -> float:

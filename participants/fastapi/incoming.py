@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from ckpt_events import (
     OperationSpan,
@@ -64,7 +64,7 @@ class Incoming(NamedTuple):
         *,
         received_ns: int | None = None,
         monitor: LoopLagMonitor | None = None,
-    ) -> Incoming:
+    ) -> Self:
         """An ``Incoming`` from the header values (several ``tracestate`` fields joined with
         ``,``, as HTTP combines them); malformed ones are dropped."""
         parent = parse_traceparent(traceparent)

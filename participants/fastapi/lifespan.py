@@ -469,19 +469,6 @@ class ArrivalMiddleware:
         return sending
 
 
-def _ending_the_wait(send: Send, arrival: Arrival) -> Send:
-    """``send`` ending ``arrival``'s wait as the response starts: an operation begun after it (in
-    a ``StreamingResponse``'s body, a ``BackgroundTasks`` task) spent the time since the arrival
-    after the handler had answered (one in ``BackgroundTasks`` read "queued 306 ms")."""
-
-    async def sending(message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            arrival.wait_over()
-        await send(message)
-
-    return sending
-
-
 class ResponseStartMiddleware:
     """Ends the request's wait as the app's own response starts, inside the app's middleware
     (``_stamp_first`` keeps it the innermost): ``BaseHTTPMiddleware`` (``@app.middleware("http")``)
@@ -498,4 +485,13 @@ class ResponseStartMiddleware:
         if arrival is None:
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _ending_the_wait(send, arrival))
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            # An operation begun after the response started (in a StreamingResponse's body, a
+            # BackgroundTasks task) spent the time since the arrival after the handler had
+            # answered (one in BackgroundTasks read "queued 306 ms").
+            if message["type"] == "http.response.start":
+                arrival.wait_over()
+            await send(message)
+
+        await self.app(scope, receive, sending)
