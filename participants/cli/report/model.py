@@ -75,6 +75,7 @@ __all__ = [
     "queued_alone",
     "queued_on_row",
     "trace_spans",
+    "waited",
 ]
 
 #: Participants record no span for renew, but its events say how long each handler took.
@@ -262,15 +263,7 @@ def queued_alone(span: Span) -> tuple[int, int] | None:
     the logs: a user's own server, or a caller whose log was not given) that waited in its server
     before its handler began; ``None`` when it did not, its arrival is unknown (``received_ns``
     absent: unknown, never 0) or its duration is. Under a controller's call, the call draws it."""
-    if (
-        span.depth == 0
-        and span.participant
-        and span.known
-        and span.received_ns is not None
-        and span.received_ns < span.start_ns
-    ):
-        return span.received_ns, span.start_ns
-    return None
+    return waited(span) if span.depth == 0 and span.known else None
 
 
 def queued_on_row(span: Span, parent: Span | None) -> tuple[int, int] | None:
@@ -281,12 +274,13 @@ def queued_on_row(span: Span, parent: Span | None) -> tuple[int, int] | None:
     transits), without a wait, or with its arrival unknown."""
     if parent is None or span.depth == 0:
         return queued_alone(span)
-    if (
-        span.participant
-        and not parent.client
-        and span.received_ns is not None
-        and span.received_ns < span.start_ns
-    ):
+    return None if parent.client else waited(span)
+
+
+def waited(span: Span) -> tuple[int, int] | None:
+    """(arrival, start) of a participant's operation whose request waited in its server before it
+    began; ``None`` when it did not, or its arrival is unknown (``received_ns`` absent)."""
+    if span.participant and span.received_ns is not None and span.received_ns < span.start_ns:
         return span.received_ns, span.start_ns
     return None
 
@@ -487,8 +481,8 @@ def attribute(spans: list[Span]) -> Attribution | None:
         if s.participant:
             holes = sorted(called.get(id(s), []))
             intervals.extend((1, HANDLERS, a, b) for a, b in _minus((s.start_ns, s.end_ns), holes))
-            if s.received_ns is not None and s.received_ns < s.start_ns:
-                intervals.append((2, QUEUED, s.received_ns, s.start_ns))
+            if (wait := waited(s)) is not None:
+                intervals.append((2, QUEUED, *wait))
             parent = by_id.get(s.parent_span_id or -1)
             if s.received_ns is not None and parent is not None and parent.client:
                 label = f"{TRANSIT}: request on its way ({parent.short})"
@@ -572,14 +566,14 @@ def _called_waits(spans: list[Span], by_id: dict[int, Span]) -> dict[int, list[t
     wait, drawn all the same). Walks up from each wait; none under a controller's calls."""
     out: dict[int, list[tuple[int, int]]] = {}
     for s in spans:
-        if not (s.participant and s.received_ns is not None and s.received_ns < s.start_ns):
+        if (wait := waited(s)) is None:
             continue
         seen = {s.span_id}
         up = by_id.get(s.parent_span_id or -1)
         # Bounded by the spans (parent ids may loop: each span is visited once).
         while up is not None and up.depth > 0 and up.participant and up.span_id not in seen:
             seen.add(up.span_id)
-            out.setdefault(id(up), []).append((s.received_ns, s.start_ns))
+            out.setdefault(id(up), []).append(wait)
             up = by_id.get(up.parent_span_id or -1)
     return out
 
@@ -588,8 +582,8 @@ def _waits(below: list[Span], by_id: dict[int, Span]) -> Iterator[tuple[int, int
     """The time of ``below`` that is not a handler: participants' waits, transits, controllers."""
     for s in below:
         if s.participant:
-            if s.received_ns is not None and s.received_ns < s.start_ns:
-                yield s.received_ns, s.start_ns
+            if (wait := waited(s)) is not None:
+                yield wait
             parent = by_id.get(s.parent_span_id or -1)
             if s.received_ns is not None and parent is not None and parent.client:
                 yield parent.start_ns, s.received_ns

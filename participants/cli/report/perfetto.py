@@ -34,7 +34,7 @@ from typing import Any
 
 from ckpt_events import Event, GenerationCut, LeaseExpired, PrepareNotReady, Refused, Stalled
 from ckpt_events.participants.cli.report.events import PointEvent, who_of
-from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans
+from ckpt_events.participants.cli.report.model import Span, finished_spans, trace_spans, waited
 from ckpt_events.vocab import CountedEvent, Kind
 
 __all__ = ["trace_events", "write_perfetto"]
@@ -88,11 +88,7 @@ def _waits(spans: list[tuple[int, Span]]) -> dict[int, tuple[int, int]]:
     """(arrival, start) by index into ``spans`` of each participant's operation that waited in its
     server before it began. Its arrival unknown (``received_ns`` absent), not before its start, or
     its duration unknown (its process's clock went back): no wait, never a zero-length one."""
-    return {
-        index: (s.received_ns, s.start_ns)
-        for index, (_, s) in enumerate(spans)
-        if s.participant and s.known and s.received_ns is not None and s.received_ns < s.start_ns
-    }
+    return {index: wait for index, (_, s) in enumerate(spans) if s.known and (wait := waited(s)) is not None}
 
 
 def _json_value(value: Any) -> Any:
