@@ -471,11 +471,11 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
     # the error's name, and which workers.
     said_with: dict[_Record, _Said] = {}
     for trace, in_trace in zip(traces, records_in, strict=True):
-        folded = _folded(trace.errors, in_trace, named)
+        spans = {error.span_id: error for error in trace.errors}
+        folded = _folded(trace.errors, spans, in_trace, named)
         # A step of an operation said on its own, that failed it (the same error), is said by it.
         steps_of: dict[int, list[str]] = {}
         merged: set[int] = set()
-        spans = {error.span_id: error for error in trace.errors}
         for error in trace.errors:
             parent = spans.get(error.parent_span_id) if error.parent_span_id is not None else None
             if (
@@ -523,14 +523,15 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
 
 def _folded(
     errors: Sequence[SpanError],
+    spans: Mapping[int, SpanError],
     in_trace: Mapping[tuple[str, str], list[_Record]],
     named: set[tuple[str, str]],
 ) -> dict[int, tuple[_Record, str] | None]:
-    """The participants' failed spans of one trace (``errors``) that are a failure the
-    controller recorded, by span id: each with that record and its operation (``None``: a record
-    made in another trace of the row). A participant's operation is its record's if the
-    controller recorded it as the answer (``named``); a worker's share of it, if the operation
-    failed with the worker's error (a multi-worker participant's refusal says its worker's
+    """The participants' failed spans of one trace (``errors``; ``spans``, the same by span id) that
+    are a failure the controller recorded, by span id: each with that record and its operation
+    (``None``: a record made in another trace of the row). A participant's operation is its record's
+    if the controller recorded it as the answer (``named``); a worker's share of it, if the
+    operation failed with the worker's error (a multi-worker participant's refusal says its worker's
     message); a step, if its operation (or share) failed with the step's error. Any other is a
     failure of its own: a step its operation outlived, a share or an operation that failed
     otherwise."""
@@ -545,7 +546,6 @@ def _folded(
             # Two records of one operation in one trace: the one that says this error's message.
             record = next((r for r in records if error.detail in r[1]), records[0]) if records else None
             folded[error.span_id] = None if record is None else (record, error.operation)
-    spans = {error.span_id: error for error in errors}
     # A worker's share, then a step (of a share or of an operation): each after its parent.
     for error in sorted(errors, key=lambda e: e.step is not None):
         if error.members or error.span_id in folded or error.parent_span_id is None:
