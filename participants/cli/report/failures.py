@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from ckpt_events.participants.cli.report.folding import error_type
 from ckpt_events.participants.cli.report.model import Span
 from ckpt_events.participants.cli.words import clipped, counted
 
@@ -33,13 +34,13 @@ def said(s: Span) -> str | None:
     """``ValueError: bad rows: [...]``, clipped to ``MESSAGE_SHOWN`` on one line: the exception
     type (without its module path) and message of a failed span; ``None`` when it did not fail
     or its event holds no message."""
-    if not s.error:
+    failed = error_type(s)
+    if failed is None:
         return None
     message = s.details.get("error_message")
     if not isinstance(message, str) or not message.strip():
         return None
-    name = str(s.details.get("error_type") or "error").rsplit(".", 1)[-1]
-    return clipped(f"{name}: {message}", MESSAGE_SHOWN)
+    return clipped(f"{failed.rsplit('.', 1)[-1]}: {message}", MESSAGE_SHOWN)
 
 
 def failure_lines(spans: Sequence[Span]) -> list[str]:

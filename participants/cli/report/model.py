@@ -71,6 +71,7 @@ __all__ = [
     "checkpoint_and_restore",
     "drawn_extent",
     "finished_spans",
+    "naming_root",
     "outside",
     "queued_alone",
     "queued_on_row",
@@ -453,13 +454,18 @@ def _piece_labels(
         yield heap[0][1] if heap else None
 
 
+def naming_root(roots: list[Span]) -> Span:
+    """The top-level span (of a trace's ``roots``) that names the trace: the longest."""
+    return max(roots, key=lambda s: s.end_ns - s.start_ns)
+
+
 def attribute(spans: list[Span]) -> Attribution | None:
-    """Sweep the root's time into parts (the longest top-level span names it); with several
-    top-level spans, the time their waterfall draws (``drawn_extent``); ``None`` without spans."""
+    """Sweep the root's time into parts (``naming_root`` names it); with several top-level
+    spans, the time their waterfall draws (``drawn_extent``); ``None`` without spans."""
     roots = [s for s in spans if s.depth == 0]
     if not roots:
         return None
-    root = max(roots, key=lambda s: s.end_ns - s.start_ns)
+    root = naming_root(roots)
     lo, hi = root.start_ns, root.end_ns
     by_id = {s.span_id: s for s in spans}
     # (priority, label, start, end): a lower priority number wins an instant.

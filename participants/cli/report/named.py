@@ -14,7 +14,7 @@ from typing import Final
 
 from ckpt_events import CheckpointEvent, Event, OperationStarted, SpanEvent
 from ckpt_events.participants.cli.report.folding import error_type
-from ckpt_events.participants.cli.report.model import Span, attribute, trace_spans
+from ckpt_events.participants.cli.report.model import Span, attribute, naming_root, trace_spans
 
 __all__ = ["DRAWN_TRACES", "NamedLine", "NamedTraces", "checkpoint_of", "named_line"]
 
@@ -82,7 +82,7 @@ def named_line(events: Sequence[Event]) -> NamedLine:
         operation = "operation" if started is None else str(started.operation)
         who = "" if started is None else f" {started.instance}"
         return NamedLine(operation, f"{operation}{who} open", "no end of it in these logs", [])
-    root = max(roots, key=lambda s: s.end_ns - s.start_ns)  # as ``attribute`` names it
+    root = naming_root(roots)
     operation = root.short
     failed = error_type(root)
     outcome = "ok" if failed is None else f"✗ {failed}"
