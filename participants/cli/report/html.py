@@ -33,7 +33,7 @@ from ckpt_events.participants.cli.report.model import (
     queued_on_row,
     trace_spans,
 )
-from ckpt_events.participants.cli.report.named import checkpoint_of, named_line
+from ckpt_events.participants.cli.report.named import earlier_said, heading_said, named_line
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
@@ -476,10 +476,9 @@ def _counts_html(tallies: Mapping[str, Counter[str]]) -> str:
 def _named_html(named: Sequence[Sequence[CheckpointEvent]], earlier: int, kinds: KindRegistry) -> list[str]:
     """One section per trace of a checkpoint id of logs with no controller (``Whole.named``),
     in time order: its line (operation, outcome, where its time went) and its waterfall."""
-    checkpoint = short_id(checkpoint_of(named[0]))
-    said = f"{checkpoint}: {counted(len(named), 'request')}, each its own trace, in time order"
-    if earlier:
-        said += f"; +{counted(earlier, 'earlier trace')} of {checkpoint} not drawn"
+    said = heading_said(named)
+    if (left_out := earlier_said(named, earlier)) is not None:
+        said += f"; {left_out}"
     sections = [f'<section id="named"><h2>{escape_html(said)}</h2></section>']
     for number, events in enumerate(named, earlier + 1):
         line = named_line(events)

@@ -15,8 +15,18 @@ from typing import Final
 from ckpt_events import CheckpointEvent, Event, OperationStarted, SpanEvent
 from ckpt_events.participants.cli.report.folding import error_type
 from ckpt_events.participants.cli.report.model import Span, attribute, naming_root, trace_spans
+from ckpt_events.participants.cli.text import short_id
+from ckpt_events.participants.cli.words import counted
 
-__all__ = ["DRAWN_TRACES", "NamedLine", "NamedTraces", "checkpoint_of", "named_line"]
+__all__ = [
+    "DRAWN_TRACES",
+    "NamedLine",
+    "NamedTraces",
+    "checkpoint_of",
+    "earlier_said",
+    "heading_said",
+    "named_line",
+]
 
 #: How many traces of one checkpoint id are drawn, the most recent; the earlier are counted.
 DRAWN_TRACES: Final = 8
@@ -95,3 +105,17 @@ def named_line(events: Sequence[Event]) -> NamedLine:
 def checkpoint_of(events: Sequence[CheckpointEvent]) -> str:
     """The checkpoint id a trace of ``NamedTraces`` was chosen by (its first event naming one)."""
     return next((e.checkpoint_id for e in events if e.checkpoint_id), None) or ""
+
+
+def heading_said(named: Sequence[Sequence[CheckpointEvent]]) -> str:
+    """``c1: 4 requests, each its own trace, in time order``: what heads the traces drawn."""
+    checkpoint = short_id(checkpoint_of(named[0]))
+    return f"{checkpoint}: {counted(len(named), 'request')}, each its own trace, in time order"
+
+
+def earlier_said(named: Sequence[Sequence[CheckpointEvent]], earlier: int) -> str | None:
+    """``+2 earlier traces of c1 not drawn`` (bounded: a log of 100,000 retries of one id draws
+    the last few); ``None`` when none was left out."""
+    if not earlier:
+        return None
+    return f"+{counted(earlier, 'earlier trace')} of {short_id(checkpoint_of(named[0]))} not drawn"

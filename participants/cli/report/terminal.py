@@ -28,7 +28,7 @@ from ckpt_events.participants.cli.report.model import (
     queued_on_row,
     trace_spans,
 )
-from ckpt_events.participants.cli.report.named import checkpoint_of, named_line
+from ckpt_events.participants.cli.report.named import checkpoint_of, earlier_said, heading_said, named_line
 from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
@@ -119,16 +119,9 @@ def _render_named(
     """Each trace of one checkpoint id: its line (operation, outcome, where its time went),
     then its waterfall, in time order."""
     checkpoint = short_id(checkpoint_of(named[0]))
-    console.print(
-        Text(
-            f"{escape(checkpoint)}: {counted(len(named), 'request')}, each its own trace, in time order",
-            style="bold",
-        )
-    )
-    if earlier:  # bounded: a log of 100,000 retries of one id draws the last few
-        console.print(
-            Text(f"+{counted(earlier, 'earlier trace')} of {escape(checkpoint)} not drawn", style="yellow")
-        )
+    console.print(Text(escape(heading_said(named)), style="bold"))
+    if (left_out := earlier_said(named, earlier)) is not None:
+        console.print(Text(escape(left_out), style="yellow"))
     for number, events in enumerate(named, earlier + 1):
         line = named_line(events)
         console.print(Text(f"#{number} {escape(line.title)}: {escape(line.figures)}", style="bold"))
