@@ -85,7 +85,7 @@ def write_report(
         # Logs with no controller's checkpoint: the waterfall is the logs' last trace (it read
         # "of the checkpoint", of logs that name none).
         what = "SVG waterfall of the logs' last trace: no controller's checkpoint in them to draw"
-    elif suffix == ".svg" and whole is not None and whole.named:
+    elif suffix == ".svg" and whole is not None:
         # One waterfall of a checkpoint's several requests: the last, said as such (it read
         # "of the checkpoint", one request of c1's ten, titled by the log's name alone).
         line = named_line(whole.named[-1])

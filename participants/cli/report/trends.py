@@ -400,7 +400,7 @@ class Trends:
                     )
                     cid = short_id(row.checkpoint_id)
                     out.append(f"checkpoint #{number} {cid} took {ms:.1f} ms, {times} {middle:.1f} ms")
-        for kind, lines in self._stragglers_by_kind().items():
+        for kind, lines in self._stragglers().items():
             out.extend(lines if len(lines) <= NAMED_STRAGGLERS else [self._stragglers_line(kind, lines)])
         for key in sorted(self.values):
             ordered = self._ordered(key)
@@ -424,11 +424,8 @@ class Trends:
             f"among the slowest in most checkpoints, too many to name one by one; the first: {first}"
         )
 
-    def _stragglers(self) -> list[str]:
-        """Every straggler's flag, kind by kind."""
-        return [line for lines in self._stragglers_by_kind().values() for line in lines]
-
-    def _stragglers_by_kind(self) -> dict[str, list[str]]:
+    def _stragglers(self) -> dict[str, list[str]]:
+        """Each kind's straggler flags, kinds in name order (a kind with none is absent)."""
         out: dict[str, list[str]] = {}
         for kind, places in sorted(self.places.items()):
             total, fewest = self.checkpoints_of_kind[kind], self.fewest_of_kind[kind]
