@@ -14,12 +14,9 @@ import contextlib
 import functools
 import math
 import os
-import signal
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -37,6 +34,11 @@ from ckpt_events.participants.cli.command import (
     positive_number,
 )
 from ckpt_events.participants.cli.losses import SinkLosses
+from ckpt_events.participants.cli.serve_stop import (
+    counting_ports_cut,
+    stop_signals_said_as_the_end,
+    with_ports_cut,
+)
 from ckpt_events.participants.cli.startup import (
     check_descriptors,
     check_listen,
@@ -468,93 +470,6 @@ def _saying_losses(base: type[Any], losses: SinkLosses) -> type[Any]:
     return SayingLosses
 
 
-def _counting_ports_cut(base: type[Any]) -> type[Any]:
-    """uvicorn's server (``base``, made by ``once_per_interrupt``), whose stop by a signal
-    ends ``serve()`` with ``Interrupted`` when the workers' own ports cut requests, even if
-    its own port cut none (``_with_ports_cut`` then says them)."""
-
-    class CountingPortsCut(base):  # type: ignore[misc]  # uvicorn is imported lazily
-        def cut_elsewhere(self) -> bool:
-            return _ports_cut(self.config.app) is not None
-
-    return CountingPortsCut
-
-
-def _ports_cut(app: Any) -> str | None:
-    """What the workers' own ports cut as the server stopped, in words for its one line: how
-    many requests, the first few named with their worker, and the workers that did not say
-    (their cuts unknown, never counted as none); ``None`` if nothing, or no workers."""
-    from ckpt_events.participants.server.interrupts import forced_exit_cut
-
-    cuts = getattr(getattr(app.state, "coordinator", None), "port_cuts", None)
-    if cuts is None:
-        return None
-    said = []
-    if cuts.requests:
-        said.append(f"on its workers' own ports, {forced_exit_cut(cuts.requests, lifespan_cut=False)}")
-    if cuts.unreported:
-        many = len(cuts.unreported) > 1
-        said.append(
-            f"worker{'s' if many else ''} {', '.join(map(str, cuts.unreported))} did not say what "
-            f"{'their' if many else 'its'} own port{'s' if many else ''} cut (not counted)"
-        )
-    return "; ".join(said) or None
-
-
-def _with_ports_cut(exc: Interrupted, app: Any) -> Interrupted:
-    """``exc``, saying what the workers' own ports cut too (after the forced exit's cut if the
-    exit was forced: they were cut after it, as the server's lifespan ended)."""
-    clause = _ports_cut(app)
-    if clause is None:
-        return exc
-    if exc.cut is not None:
-        return Interrupted(exc.signum, f"{exc.cut}; {clause}", exc.stopped)
-    return Interrupted(exc.signum, None, clause if exc.stopped is None else f"{exc.stopped}; {clause}")
-
-
-@contextlib.contextmanager
-def _stop_signals_said_as_the_forced_exit(server: Any) -> Iterator[None]:
-    """Around ``server.run()``: a SIGINT or SIGTERM once ``serve()`` has ended with
-    ``Interrupted`` (a forced exit, or a stop that cut requests: the server's ``interrupted``),
-    while ``asyncio.run`` cancels what is left, before the command says its line, ends the
-    command with that ``Interrupted``, its one line said. Their handlers were Python's
-    again there: a SIGTERM killed the process, what the forced exit cut never said (-15, no
-    line), a SIGINT's ``KeyboardInterrupt`` took the place of the ``Interrupted`` (the line said
-    only "interrupted", and 130 after a SIGTERM's stop). Any other is handled as before (uvicorn
-    stops gracefully on one while serving, and then raises it again: the process ends of it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # as uvicorn does for its signals: only the main thread may set handlers
-        return
-    stops = (signal.SIGINT, signal.SIGTERM)
-    previous: dict[int, Any] = {signum: signal.getsignal(signum) for signum in stops}
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        ended = getattr(server, "interrupted", None)  # once_per_interrupt's
-        if ended is not None:
-            raise ended
-        before = previous[signum]
-        if callable(before):
-            before(signum, frame)  # Python's for SIGINT: a KeyboardInterrupt
-        elif before != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-
-    for signum in stops:
-        signal.signal(signum, stop)
-    try:
-        yield
-    except KeyboardInterrupt:
-        # The command now says its line and ends: another stop signal is the same stop.
-        for signum in stops:
-            signal.signal(signum, signal.SIG_IGN)
-        raise
-    finally:
-        for signum in stops:
-            if signal.getsignal(signum) is stop:
-                before = previous[signum]
-                signal.signal(signum, signal.SIG_DFL if before is None else before)
-
-
 def _run_server(
     args: argparse.Namespace,
     app: Any,
@@ -583,17 +498,17 @@ def _run_server(
         **server_limits(limits),
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
-    server = _saying_losses(_counting_ports_cut(once_per_interrupt(uvicorn.Server)), losses)(config)
+    server = _saying_losses(counting_ports_cut(once_per_interrupt(uvicorn.Server)), losses)(config)
     stop.server = server
     check_descriptors()
     raise_descriptor_limit(limits.max_connections)
     try:
-        with _stop_signals_said_as_the_forced_exit(server):
+        with stop_signals_said_as_the_end(server):
             server.run(sockets=sockets)
     except Interrupted as exc:
         # Said as the main port's cuts are: the workers' own ports were cut as the server's
         # lifespan ended (counted nowhere, the line's count too low).
-        raise _with_ports_cut(exc, app) from None
+        raise with_ports_cut(exc, app) from None
     fatal = getattr(app.state, "fatal", None)
     if fatal is not None:
         # It stopped itself (its workers' restart budget spent): the cause, in one line, exit 1.
