@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 
 from ckpt_events import Bus, OperationFinished, OperationStarted, StepFinished, StepStarted, Telemetry
-from ckpt_events.participants.cli.report.model import attribute, checkpoint_and_restore, trace_spans
+from ckpt_events.participants.cli.report.attribution import attribute
+from ckpt_events.participants.cli.report.model import checkpoint_and_restore, trace_spans
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.sinks import JsonLinesSink
 from ckpt_events.sinks.jsonl import CorruptLine, read_events

@@ -16,7 +16,7 @@ A ``serve --workers`` worker answers its main process, not the controller, so no
 its clock: it runs on its main process's host, and is shifted with it (its prepares, left
 unshifted, made a 9 ms checkpoint's pause 40 s).
 
-A span's duration is read from its own process's clock alone (``model.duration_ns``); a
+A span's duration is read from its own process's clock alone (``events.duration_ns``); a
 figure spanning processes (the fleet's pause, a waterfall, the logs' time) needs this
 alignment, and where an operation still sits outside its call (``outside``) that figure is
 unknown. Memory is bounded: the calls waiting for their answers (and answers for their

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ckpt_events import CheckpointEvent, Event
+from ckpt_events.participants.cli.report.attribution import Attribution, attribute
 from ckpt_events.participants.cli.report.failures import failure_lines, said
 from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
-    Attribution,
     Span,
-    attribute,
     checkpoint_and_restore,
     drawn_extent,
     outside,

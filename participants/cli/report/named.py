@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ckpt_events import CheckpointEvent, Event, OperationStarted, SpanEvent
+from ckpt_events.participants.cli.report.attribution import attribute, naming_root
 from ckpt_events.participants.cli.report.folding import error_type
-from ckpt_events.participants.cli.report.model import Span, attribute, naming_root, trace_spans
+from ckpt_events.participants.cli.report.model import Span, trace_spans
 from ckpt_events.participants.cli.text import short_id
 from ckpt_events.participants.cli.words import counted
 

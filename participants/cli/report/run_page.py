@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from ckpt_events.participants.cli.report.attribution import attribute
 from ckpt_events.participants.cli.report.html import (
     PAGE_POLICY,
     PAGE_SCRIPT,
@@ -28,7 +29,7 @@ from ckpt_events.participants.cli.report.html import (
     waterfall_svg,
 )
 from ckpt_events.participants.cli.report.judge import ABORTED, FAILED, OPEN, PUBLISHED, RESTORED
-from ckpt_events.participants.cli.report.model import attribute, trace_spans
+from ckpt_events.participants.cli.report.model import trace_spans
 from ckpt_events.participants.cli.report.overview import Run, RunRow
 from ckpt_events.participants.cli.report.overview_terminal import DETAILED_UNPUBLISHED
 from ckpt_events.participants.cli.report.run_totals import run_lines

@@ -15,13 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt_events import CheckpointEvent, Event
+from ckpt_events.participants.cli.report.attribution import Attribution, attribute
 from ckpt_events.participants.cli.report.failures import failure_lines
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
     OUTSIDE_BAR,
-    Attribution,
     Span,
-    attribute,
     checkpoint_and_restore,
     drawn_extent,
     outside,

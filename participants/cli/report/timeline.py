@@ -2,9 +2,9 @@
 breakdown, the counted events, and one trace's spans.
 
 Used by ``ckpt-events demo`` (live events) and ``ckpt-events report LOG.jsonl`` (a recorded
-log). The rest of the report lives beside it: ``report_model`` (the span tree and the
-attribution of every millisecond), ``report_terminal`` (rich), ``report_html`` (SVG and
-HTML) and ``report_png``. Nothing here talks to a server or draws.
+log). The rest of the report lives beside it: ``model`` (the span tree), ``attribution``
+(where every millisecond went), ``terminal`` (rich), ``html`` (SVG and HTML) and ``png``.
+Nothing here talks to a server or draws.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from starlette.responses import Response
 
 from ckpt_events import OperationFinished
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.model import Span, attribute, drawn_extent
+from ckpt_events.participants.cli.report.attribution import attribute
+from ckpt_events.participants.cli.report.model import Span, drawn_extent
 from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import read_events
 

@@ -11,17 +11,16 @@ from collections.abc import Iterable
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ckpt_events.participants.cli.report.model import (
+from ckpt_events.participants.cli.report.attribution import (
     BETWEEN,
     CONTROLLER,
     HANDLERS,
     QUEUED,
     TRANSIT,
     UNATTRIBUTED,
-    Span,
     attribute,
-    drawn_extent,
 )
+from ckpt_events.participants.cli.report.model import Span, drawn_extent
 from ckpt_events.participants.cli.report.paths import S, Section, _tree, _unknown_duration, _walk
 
 
