@@ -2,7 +2,7 @@
 
 Run ``python -m ckpt_events.benchmarks.bench_core [--quick] [--json PATH]``. Prints a table of ratios
 (the machines are shared and noisy, so only ratios measured side by side mean anything)
-and writes the figures as JSON. Targets are SPEC section 7 ("Off" and "Bus").
+and writes the figures as JSON. Targets are SPEC section 7 ("Off", "Bus" and "Memory").
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import os
 import time
 import timeit
 from collections.abc import Callable
@@ -182,6 +183,53 @@ async def _through_asyncio_queue(n: int, chunk: int) -> float:
     return elapsed
 
 
+def _rss_bytes() -> int | None:
+    """This process's resident memory now (``/proc/self/statm``), ``None`` where there is none."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+async def rss_through_bus(n: int, every: int, chunk: int = 8192) -> list[int | None]:
+    """Resident memory after each ``every`` events of ``n`` built, emitted and delivered to a
+    counting sink (the first reading after the first ``every``), and once all are delivered."""
+    counter = _Counting()
+    marks: list[int | None] = []
+    async with Bus() as bus:
+        bus.subscribe(counter)
+        emit = bus.emit
+        for base in range(0, n, chunk):
+            for i in range(base, min(base + chunk, n)):
+                emit(Refused(Kind.MODEL, "m0", i, ErrorCode.STALE_ATTEMPT))
+            await anyio.sleep(0)
+            if (base + chunk) // every > base // every:
+                marks.append(_rss_bytes())
+        await bus.flush()
+        marks.append(_rss_bytes())
+    assert counter.count == n, "the bus lost events"
+    return marks
+
+
+#: SPEC 7, "Memory": "10 million events leave memory flat": growth past the first million, in
+#: MiB, that still reads flat (a page or a pymalloc arena; 10M events read 0.0 here).
+FLAT_MIB = 1.0
+
+
+def bench_memory(quick: bool) -> dict[str, Any]:
+    """Resident memory after the first million events through the bus and after the last."""
+    n = 2_000_000 if quick else 10_000_000
+    marks = anyio.run(rss_through_bus, n, 1_000_000)
+    first, last = marks[0], marks[-1]
+    return {
+        "events": n,
+        "rss_after_first_million_bytes": first,
+        "rss_after_all_bytes": last,
+        "rss_growth_bytes": None if first is None or last is None else last - first,
+    }
+
+
 def bench_bus(quick: bool) -> dict[str, Any]:
     """Events/s through the bus (1 and 4 sinks), beside construction alone, blinker, asyncio.Queue."""
     n = 200_000 if quick else 1_000_000
@@ -211,6 +259,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     """Run every core benchmark; returns the figures and the rows of the ratio table."""
     off = bench_off_path(quick)
     bus = bench_bus(quick)
+    memory = bench_memory(quick)
+    growth = memory["rss_growth_bytes"]
+    guard_allocs = off["guard_alloc_calls"]
     allocs = off["site_alloc_calls_beyond_do_nothing_cm"]
     rows = [
         (
@@ -239,6 +290,20 @@ def run(quick: bool = False) -> dict[str, Any]:
             off["guard_vs_empty_call"] < 1.0,
         ),
         (
+            "`if tel.enabled:`: allocator calls",
+            guard_allocs,
+            "== 0",
+            guard_allocs == 0 if guard_allocs is not None else None,
+        ),
+        (
+            f"memory: resident MiB grown from event 1M to {memory['events'] // 1_000_000}M through the bus"
+            if growth is not None
+            else "memory: resident MiB grown through the bus (skipped: no /proc/self/statm)",
+            None if growth is None else growth / 2**20,
+            f"<= {FLAT_MIB} (flat)",
+            None if growth is None else growth / 2**20 <= FLAT_MIB,
+        ),
+        (
             "bus, 1 sink: M events/s",
             bus["bus_1_sink_events_per_s"] / 1e6,
             ">= 2.5",
@@ -261,7 +326,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         ),
         ("asyncio.Queue / construct alone", bus["asyncio_queue_vs_construct"], "peer", None),
     ]
-    return {"off": off, "bus": bus, "rows": rows}
+    return {"off": off, "bus": bus, "memory": memory, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         report.print_table(
             "ckpt-events core: off path and bus (ratios measured side by side)", result["rows"]
         )
-        report.write_json(args.json, {"off": result["off"], "bus": result["bus"]})
+        report.write_json(args.json, {"off": result["off"], "bus": result["bus"], "memory": result["memory"]})
         print(report.markdown_table(result["rows"]))
         return 0
 

@@ -1,0 +1,21 @@
+"""``bench_core``'s memory row (SPEC 7, "Memory": events through the bus leave memory flat),
+at a size a test affords."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from ckpt_events.benchmarks import bench_core
+
+
+def test_events_through_the_bus_leave_resident_memory_flat() -> None:
+    """400,000 events to a counting sink: what is resident after the first 100,000 does not grow
+    by the end (past a page or an arena: ``FLAT_MIB``)."""
+    marks = anyio.run(bench_core.rss_through_bus, 400_000, 100_000)
+    if marks[0] is None:
+        pytest.skip("no /proc/self/statm on this system")
+    assert len(marks) == 5  # after each 100,000 and once all are delivered
+    first, last = marks[0], marks[-1]
+    assert first is not None and last is not None
+    assert (last - first) / 2**20 <= bench_core.FLAT_MIB, marks
