@@ -279,6 +279,18 @@ def _measure(quick: bool) -> dict[str, Any]:
     return figures
 
 
+def growth_row(largest: int, first: int, growth: float) -> tuple[str, float, str, bool]:
+    """The row of the time at ``largest`` rollouts over the time at ``first``: linear, with 10%
+    for noise. Its target said the linear figure alone ("<= 16") while 17.6 passed."""
+    limit = largest / first * 1.1
+    return (
+        f"scale: time at {largest:,} / at {first:,} rollouts (linear: {largest // first})",
+        growth,
+        f"<= {limit:g} (linear, +10% for noise)",
+        growth <= limit,
+    )
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the scale benchmark; returns the figures and the rows of the ratio table."""
     figures = _measure(quick)
@@ -324,14 +336,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     growth = (top["off"]["commit_s"] + top["off"]["restore_s"]) / (
         sizes[first]["off"]["commit_s"] + sizes[first]["off"]["restore_s"]
     )
-    rows.append(
-        (
-            f"scale: time at {largest:,} / at {first:,} rollouts (linear: {largest // first})",
-            growth,
-            f"<= {largest // first}",
-            growth <= largest / first * 1.1,
-        )
-    )
+    rows.append(growth_row(largest, first, growth))
     for name, peak in figures["peak_memory_bytes"].items():
         rows.append((f"scale {largest:,}: {name}: peak MiB in commit", peak / 2**20, "", None))
         records, size = top["records"][name], top["bytes"][name]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_events.benchmarks import report
+from ckpt_events.benchmarks import bench_scale, report
 from ckpt_events.benchmarks.bench_scale import measure_in_child, run
 from ckpt_events.benchmarks.spread import Ratio
 
@@ -36,3 +36,14 @@ def test_the_ratio_rows_print_their_spread_over_the_pairs() -> None:
         assert "all sinks / off" in what
         assert isinstance(value, Ratio) and value.rounds == result["pairs"]
         assert report.cell(value).endswith(f"over {result['pairs']} rounds)")
+
+
+def test_the_growth_rows_target_says_the_limit_its_verdict_uses() -> None:
+    """The target said "<= 16" while a growth of 17.0 was met: it names the limit it checks."""
+    what, _, target, met = bench_scale.growth_row(16_000, 1_000, 17.0)
+    assert "16,000" in what and "1,000" in what
+    limit = float(target.split()[1])
+    assert limit == pytest.approx(17.6)
+    assert met
+    assert bench_scale.growth_row(16_000, 1_000, limit)[3]
+    assert not bench_scale.growth_row(16_000, 1_000, limit * 1.001)[3]
