@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
@@ -17,6 +16,7 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.failures import MESSAGE_SHOWN, failure_lines
 from ckpt_events.participants.cli.report.model import Span
 from ckpt_events.participants.fastapi import instrument, operation
+from tests.participants.cli.report.own_server import client_of
 
 BAD_ROWS = "bad rows: ['a', 'b'] at offset 3"
 #: A message anyone could raise: terminal escapes (clear screen, window title), markup, newlines
@@ -45,18 +45,13 @@ def _log(tmp_path: Path, message: str) -> Path:
     log = tmp_path / "events.jsonl"
 
     async def serve() -> None:
-        app = _app(log, message)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
-                assert (
-                    await client.post("/checkpoint/commit", json={"checkpoint_id": "c1", "fail": False})
-                ).is_success
-                for _ in range(3):
-                    reply = await client.post(
-                        "/checkpoint/commit", json={"checkpoint_id": "c2", "fail": True}
-                    )
-                    assert reply.status_code == 500
+        async with client_of(_app(log, message), raise_app_exceptions=False) as client:
+            assert (
+                await client.post("/checkpoint/commit", json={"checkpoint_id": "c1", "fail": False})
+            ).is_success
+            for _ in range(3):
+                reply = await client.post("/checkpoint/commit", json={"checkpoint_id": "c2", "fail": True})
+                assert reply.status_code == 500
 
     anyio.run(serve)
     return log

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
@@ -18,6 +17,7 @@ from ckpt_events.participants.cli.report.named import DRAWN_TRACES, NamedTraces
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import JsonLinesSink
+from tests.participants.cli.report.own_server import client_of
 
 #: c1's prepare, its commit that fails, the commit retried, its restore; c2's between them.
 _CALLS = (
@@ -46,11 +46,9 @@ def _serve(log: Path) -> None:
         return {"ok": name}
 
     async def serve() -> None:
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
-                for name, checkpoint_id in _CALLS:
-                    await client.post(f"/{name}", params={"checkpoint_id": checkpoint_id})
+        async with client_of(app, raise_app_exceptions=False) as client:
+            for name, checkpoint_id in _CALLS:
+                await client.post(f"/{name}", params={"checkpoint_id": checkpoint_id})
 
     anyio.run(serve)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
@@ -19,6 +18,7 @@ from ckpt_events import OperationFinished, StepFinished
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import read_events
+from tests.participants.cli.report.own_server import client_of, figures
 
 
 def _app(log: Path) -> FastAPI:
@@ -46,12 +46,9 @@ def _app(log: Path) -> FastAPI:
 
 
 async def _serve(log: Path, calls: list[tuple[str, dict[str, Any]]]) -> None:
-    app = _app(log)
-    async with app.router.lifespan_context(app):  # what uvicorn does at start and at stop
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
-            for path, body in calls:
-                assert (await client.post(path, json=body)).status_code == 200
+    async with client_of(_app(log)) as client:
+        for path, body in calls:
+            assert (await client.post(path, json=body)).status_code == 200
 
 
 def _last_operation(log: Path) -> OperationFinished:
@@ -71,10 +68,6 @@ def _attribution(out: str) -> tuple[str, list[str]]:
     return lines[at], rest
 
 
-def _figures(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
-
-
 def test_a_stepless_restore_is_all_handler_time_and_names_no_controller(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,7 +81,7 @@ def test_a_stepless_restore_is_all_handler_time_and_names_no_controller(
     assert expected >= 20
     assert main(["report", str(log)]) == 0
     line, rest = _attribution(capsys.readouterr().out)
-    total, handlers, *queued = _figures(line)
+    total, handlers, *queued = figures(line)
     # The handler's time is the operation's; the total adds its request's wait before it began.
     assert handlers == pytest.approx(expected, abs=0.05)
     assert total == pytest.approx(expected + _waited(restore), abs=0.1)
@@ -134,7 +127,7 @@ def test_the_quickstarts_fast_commit_reads_its_true_figures(
     assert main(["report", str(log), "--report", str(page)]) == 0
     out = capsys.readouterr().out
     line, rest = _attribution(out)
-    total, handlers, *queued = _figures(line)
+    total, handlers, *queued = figures(line)
     assert handlers == pytest.approx(expected, rel=0.05)
     assert total == pytest.approx(expected + _waited(commit), rel=0.05)
     assert "%" not in line
@@ -145,7 +138,7 @@ def test_the_quickstarts_fast_commit_reads_its_true_figures(
     assert figure == pytest.approx(upload_ms, rel=0.05)
     html = page.read_text()
     (html_line,) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', html)
-    assert _figures(html_line) == [total, handlers, *queued]
+    assert figures(html_line) == [total, handlers, *queued]
     assert '<p class="parts">;' not in html
 
 

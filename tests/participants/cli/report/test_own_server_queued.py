@@ -13,8 +13,6 @@ import anyio
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from starlette.middleware.base import RequestResponseEndpoint
-from starlette.responses import Response
 
 from ckpt_events import OperationFinished
 from ckpt_events.participants.cli.main import main
@@ -22,47 +20,19 @@ from ckpt_events.participants.cli.report.attribution import attribute
 from ckpt_events.participants.cli.report.model import Span, drawn_extent
 from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import read_events
+from tests.participants.cli.report.own_server import CALLER, client_of, figures, held_restore_app
 
 #: What the middleware holds each request before the handler runs (seconds).
 _HELD = 0.1
-#: A caller's trace context whose span is in no log given.
-_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def _app(log: Path, kind: str = "judge") -> FastAPI:
-    app = FastAPI()
-    instrument(app, kind=kind, instance=f"{kind}-0", jsonl_path=str(log))
-
-    @app.middleware("http")
-    async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
-        await anyio.sleep(_HELD)  # an auth check, a rate limiter: the request waits here
-        return await call_next(request)
-
-    @app.post("/checkpoint/restore")
-    async def restore(request: Request) -> dict[str, int]:
-        body = await request.json()
-        with operation(request, "restore", checkpoint_id=body["checkpoint_id"]) as op:
-            with op.step("read"):
-                await anyio.sleep(0.01)
-        return {"records": 0}
-
-    return app
 
 
 async def _serve(log: Path, headers: dict[str, str]) -> None:
-    app = _app(log)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
-            reply = await client.post("/checkpoint/restore", json={"checkpoint_id": "c1"}, headers=headers)
-            assert reply.status_code == 200
+    async with client_of(held_restore_app(log, held=_HELD)) as client:
+        reply = await client.post("/checkpoint/restore", json={"ms": 10}, headers=headers)
+        assert reply.status_code == 200
 
 
-def _figures(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
-
-
-@pytest.mark.parametrize("headers", [{}, {"traceparent": _CALLER}], ids=["root", "caller-not-in-logs"])
+@pytest.mark.parametrize("headers", [{}, {"traceparent": CALLER}], ids=["root", "caller-not-in-logs"])
 def test_a_request_that_waited_before_its_operation_shows_its_wait(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], headers: dict[str, str]
 ) -> None:
@@ -81,14 +51,14 @@ def test_a_request_that_waited_before_its_operation_shows_its_wait(
     assert main(["report", str(log), "--report", str(page)]) == 0
     out = capsys.readouterr().out
     (line,) = [r for r in out.splitlines() if " total, " in r]
-    assert _figures(line) == [
+    assert figures(line) == [
         pytest.approx(waited + ran, abs=0.1),
         pytest.approx(ran, abs=0.05),
         pytest.approx(waited, abs=0.05),
     ]
     assert " queued " in line
     (title,) = [r for r in out.splitlines() if "waterfall (" in r]
-    assert _figures(title) == [pytest.approx(waited + ran, abs=0.1)]
+    assert figures(title) == [pytest.approx(waited + ran, abs=0.1)]
     (row,) = [r for r in out.splitlines() if r.lstrip().startswith("restore judge-0")]
     bar = row.split(maxsplit=3)[3]
     # The wait is most of the drawn time, shaded before the handler's bar.
@@ -121,7 +91,7 @@ def _caller(log: Path, store: FastAPI, *, from_step: bool) -> FastAPI:
         transport = httpx.ASGITransport(app=store)
         async with httpx.AsyncClient(transport=transport, base_url="http://store") as client:
             reply = await client.post(
-                "/checkpoint/restore", json={"checkpoint_id": "c1"}, headers={"traceparent": traceparent}
+                "/checkpoint/restore", json={"ms": 10}, headers={"traceparent": traceparent}
             )
             assert reply.status_code == 200
 
@@ -149,14 +119,12 @@ def test_a_participant_called_by_a_participant_has_its_wait_drawn_and_counted(
     in participants' handlers, 6.5 ms queued``: the step's). It is now counted, shaded before the
     store's bar and drawn as a ``queued in participant`` segment, as under a controller's call."""
     judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
-    store = _app(store_log, "store")
+    store = held_restore_app(store_log, held=_HELD, kind="store")
     judge = _caller(judge_log, store, from_step=from_step)
 
     async def serve() -> None:
-        async with store.router.lifespan_context(store), judge.router.lifespan_context(judge):
-            transport = httpx.ASGITransport(app=judge)
-            async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
-                assert (await client.post("/checkpoint/restore")).status_code == 200
+        async with store.router.lifespan_context(store), client_of(judge) as client:
+            assert (await client.post("/checkpoint/restore")).status_code == 200
 
     anyio.run(serve)
     ops = {e.kind: e for _, e in read_events(store_log) if isinstance(e, OperationFinished)}
@@ -167,7 +135,7 @@ def test_a_participant_called_by_a_participant_has_its_wait_drawn_and_counted(
     assert main(["report", str(judge_log), str(store_log), "--report", str(page)]) == 0
     out = capsys.readouterr().out
     (line,) = [r for r in out.splitlines() if " total, " in r]
-    total, handlers, queued = _figures(line)
+    total, handlers, queued = figures(line)
     assert queued == pytest.approx(sum(waits.values()), abs=0.1)
     assert total == pytest.approx(handlers + queued, abs=0.15 + 1e-9)  # three figures rounded to 0.1 ms
     (row,) = [r for r in out.splitlines() if r.lstrip().startswith("restore store-0")]

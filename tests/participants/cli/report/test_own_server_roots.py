@@ -14,11 +14,8 @@ import time
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from fastapi import FastAPI, Request
-from starlette.middleware.base import RequestResponseEndpoint
-from starlette.responses import Response
 
 from ckpt_events import Bus, OperationFinished, Telemetry
 from ckpt_events.participants.cli.main import main
@@ -26,63 +23,27 @@ from ckpt_events.participants.cli.report.attribution import attribute
 from ckpt_events.participants.cli.report.model import Span, drawn_extent
 from ckpt_events.participants.fastapi import instrument, operation
 from ckpt_events.sinks import read_events
-
-#: A caller's trace context whose span is in no log given.
-_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def _app(log: Path, *, held: float, kind: str = "judge", downstream: FastAPI | None = None) -> FastAPI:
-    """A restore of ``ms`` (its body's) milliseconds, each request held ``held`` s before its
-    handler; with ``downstream``, the restore calls that app's restore in its trace."""
-    app = FastAPI()
-    instrument(app, kind=kind, instance=f"{kind}-0", jsonl_path=str(log))
-
-    @app.middleware("http")
-    async def slow(request: Request, call_next: RequestResponseEndpoint) -> Response:
-        await anyio.sleep(held)  # an auth check, a rate limiter: the request waits here
-        return await call_next(request)
-
-    @app.post("/checkpoint/restore")
-    async def restore(request: Request) -> dict[str, int]:
-        body = await request.json()
-        with operation(request, "restore", checkpoint_id="c1") as op:
-            with op.step("read"):
-                await anyio.sleep(body["ms"] / 1000)
-            if downstream is not None:
-                transport = httpx.ASGITransport(app=downstream)
-                async with httpx.AsyncClient(transport=transport, base_url="http://store") as client:
-                    headers = {"traceparent": op.traceparent()}
-                    reply = await client.post("/checkpoint/restore", json={"ms": 2}, headers=headers)
-                    assert reply.status_code == 200
-        return {"records": 0}
-
-    return app
+from tests.participants.cli.report.own_server import CALLER, client_of, figures, held_restore_app
 
 
 async def _serve(app: FastAPI, durations: list[int], *, overlap: bool) -> None:
-    """One request per duration, all with ``_CALLER``: together (each 5 ms after the last) or
+    """One request per duration, all with ``CALLER``: together (each 5 ms after the last) or
     one after another (20 ms apart)."""
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+    async with client_of(app) as client:
 
-            async def one(ms: int) -> None:
-                headers = {"traceparent": _CALLER}
-                reply = await client.post("/checkpoint/restore", json={"ms": ms}, headers=headers)
-                assert reply.status_code == 200
+        async def one(ms: int) -> None:
+            headers = {"traceparent": CALLER}
+            reply = await client.post("/checkpoint/restore", json={"ms": ms}, headers=headers)
+            assert reply.status_code == 200
 
-            async with anyio.create_task_group() as tg:
-                for ms in durations:
-                    if overlap:
-                        tg.start_soon(one, ms)
-                        await anyio.sleep(0.005)
-                    else:
-                        await one(ms)
-                        await anyio.sleep(0.02)
-
-
-def _figures(line: str) -> list[float]:
-    return [float(n) for n in re.findall(r"([\d.]+) ms", line)]
+        async with anyio.create_task_group() as tg:
+            for ms in durations:
+                if overlap:
+                    tg.start_soon(one, ms)
+                    await anyio.sleep(0.005)
+                else:
+                    await one(ms)
+                    await anyio.sleep(0.02)
 
 
 def _report(logs: list[Path], page: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str, str, str]:
@@ -114,16 +75,16 @@ def test_requests_sharing_a_caller_are_explained_over_what_the_waterfall_draws(
     is now the waterfall's, on the terminal and the page, from the first arrival to the last end,
     its parts adding up to it, the time between the requests said as such, never as a handler's."""
     log = tmp_path / "events.jsonl"
-    anyio.run(lambda: _serve(_app(log, held=held), durations, overlap=overlap))
+    anyio.run(lambda: _serve(held_restore_app(log, held=held), durations, overlap=overlap))
     ops = [e for _, e in read_events(log) if isinstance(e, OperationFinished)]
     assert len(ops) == len(durations) and len({e.trace_id for e in ops}) == 1
     first = min(e.start_ns if e.received_ns is None else e.received_ns for e in ops)
     drawn_ms = (max(e.end_ns for e in ops) - first) / 1e6
     line, title, page_line, page_title = _report([log], tmp_path / "x.html", capsys)
-    total, handlers, *rest = _figures(line)
+    total, handlers, *rest = figures(line)
     assert total == pytest.approx(drawn_ms, abs=0.05 + 1e-9)  # rounded to 0.1 ms
-    assert _figures(title) == _figures(page_title) == [total]
-    assert _figures(page_line) == _figures(line)
+    assert figures(title) == figures(page_title) == [total]
+    assert figures(page_line) == figures(line)
     # Each figure rounded to 0.1 ms: at most 0.05 off each, the total's too.
     assert total == pytest.approx(handlers + sum(rest), abs=0.05 * (len(rest) + 2) + 1e-9)
     assert f"({len(durations)} top-level operations of participants: " in line
@@ -145,8 +106,8 @@ def test_another_process_s_wait_under_one_of_several_requests_is_queued(
     one request's ``49.7 ms total`` over a ``waterfall (119.8 ms)``. It now explains the drawn
     time, the store's waits queued (as under one request), the pause between them named."""
     judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
-    store = _app(store_log, held=0.03, kind="store")
-    judge = _app(judge_log, held=0.0, downstream=store)
+    store = held_restore_app(store_log, held=0.03, kind="store")
+    judge = held_restore_app(judge_log, held=0.0, downstream=store)
 
     async def both() -> None:
         async with store.router.lifespan_context(store):
@@ -154,9 +115,9 @@ def test_another_process_s_wait_under_one_of_several_requests_is_queued(
 
     anyio.run(both)
     line, title, page_line, page_title = _report([judge_log, store_log], tmp_path / "x.html", capsys)
-    total, handlers, queued, between = _figures(line)
-    assert _figures(title) == _figures(page_title) == [total]
-    assert _figures(page_line) == _figures(line)
+    total, handlers, queued, between = figures(line)
+    assert figures(title) == figures(page_title) == [total]
+    assert figures(page_line) == figures(line)
     assert queued >= 2 * 30 - 0.5  # each store request's wait behind its middleware
     assert between >= 20 - 0.5
     assert total == pytest.approx(handlers + queued + between, abs=0.2 + 1e-9)  # four rounded to 0.1 ms
@@ -211,8 +172,8 @@ def test_a_called_participant_on_a_clock_apart_leaves_where_the_time_went_unknow
     operation sits outside the restore that called it: where the time went is unknown, said as
     such; on one clock, its wait is queued as before."""
     judge_log, store_log = tmp_path / "judge.jsonl", tmp_path / "store.jsonl"
-    store = _app(store_log, held=0.03, kind="store")
-    judge = _app(judge_log, held=0.0, downstream=store)
+    store = held_restore_app(store_log, held=0.03, kind="store")
+    judge = held_restore_app(judge_log, held=0.0, downstream=store)
 
     async def both() -> None:
         async with store.router.lifespan_context(store):
@@ -229,7 +190,7 @@ def test_a_called_participant_on_a_clock_apart_leaves_where_the_time_went_unknow
         (lines[skew_ms],) = re.findall(r'<p class="line"[^>]*>([^<]*)</p>', page.read_text())
         lines[skew_ms] = html.unescape(lines[skew_ms])
         assert f"restore c1 (restore): {lines[skew_ms]}" in out  # the terminal says the same
-    total, handlers, queued = _figures(lines[0])
+    total, handlers, queued = figures(lines[0])
     assert queued >= 30 - 0.5 and total == pytest.approx(
         handlers + queued, abs=0.15 + 1e-9
     )  # three rounded to 0.1
