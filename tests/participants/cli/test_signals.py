@@ -147,27 +147,8 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
 def _serve_holding_a_request(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``serve`` listening, with a request whose body has not all come: the graceful shutdown
     waits for it (2 s)."""
-    import socket
-
-    token = write_token_file(tmp_path / "token", "signal-test-token")
-    port = free_port()
-    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
-
-        def listening() -> bool:
-            assert proc.poll() is None, (tmp_path / "err").read_text()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                return True
-            return False
-
-        _wait_for(listening, 30, "serve to listen")
-        with socket.create_connection(("127.0.0.1", port), 5) as held:
-            held.sendall(
-                b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
-                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
-            )
-            time.sleep(0.3)
-            yield proc
+    with _serve_with_workers(tmp_path, 1) as (proc, port, _), _holding([(port, "/work/start")]):
+        yield proc
 
 
 @pytest.mark.parametrize(
@@ -230,6 +211,27 @@ def _hold(port: int, path: str) -> socket.socket:
     return held
 
 
+@contextlib.contextmanager
+def _holding(requests: list[tuple[int, str]]) -> Iterator[None]:
+    """Each ``(port, path)`` request held in flight (see ``_hold``) through the block, begun 0.3 s
+    before it; their connections closed on the way out."""
+    with contextlib.ExitStack() as stack:
+        for port, path in requests:
+            stack.enter_context(_hold(port, path))
+        time.sleep(0.3)
+        yield
+
+
+def _port(worker: dict) -> int:
+    """The port of a worker as ``/status`` lists it."""
+    return int(worker["url"].rsplit(":", 1)[1])
+
+
+def _listening_children(pid: int, port: int) -> set[int]:
+    """The children of ``pid`` that listen on ``port``."""
+    return {p for p in _children(pid) if _listens(p, port)}
+
+
 @pytest.mark.parametrize("workers", [1, 2], ids=["serve", "serve --workers 2"])
 def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path, workers: int) -> None:
     """Ctrl-C twice (the second while requests still hold the graceful shutdown): uvicorn
@@ -239,18 +241,14 @@ def test_a_second_ctrl_c_during_the_shutdown_of_serve_is_one_line(tmp_path: Path
     may be lost. The second comes 1.2 s after the first: sooner, it is the same interrupt."""
     with _serve_with_workers(tmp_path, workers) as (proc, port, status):
         paths = ["/work/start", "/work/start", f"{CONTROL_PREFIX}/prepare"]
-        held = [_hold(port, path) for path in paths]
+        held = [(port, path) for path in paths]
         for worker in status.get("workers", []):
             # Cut as its worker ends with the server, after the forced exit.
-            held.append(_hold(int(worker["url"].rsplit(":", 1)[1]), "/work/advance"))
-        try:
-            time.sleep(0.3)
+            held.append((_port(worker), "/work/advance"))
+        with _holding(held):
             os.killpg(proc.pid, signal.SIGINT)
             time.sleep(1.2)
             lines = _interrupt_and_check(proc, tmp_path)
-        finally:
-            for each in held:
-                each.close()
     # The workers' ports are cut after the forced exit, their channels already gone: not known,
     # and said so (the line counted 3 as if the two held there were not cut).
     unknown = "; workers 0, 1 did not say what their own ports cut (not counted)" if workers > 1 else ""
@@ -268,15 +266,10 @@ def test_ctrl_c_forcing_the_exit_after_a_sigterm_says_what_it_cut(tmp_path: Path
     (which only cancels) and the SIGTERM killed the process: exit -15 and not a word of the two
     requests cut. Now one line, exit 143 (the first signal's, as a shell reports it)."""
     with _serve_with_workers(tmp_path, 1) as (proc, port, _):
-        held = [_hold(port, "/work/start") for _ in range(2)]
-        try:
-            time.sleep(0.3)
+        with _holding([(port, "/work/start")] * 2):
             os.killpg(proc.pid, signal.SIGTERM)
             time.sleep(1.2)
             lines = _interrupt_and_check(proc, tmp_path)
-        finally:
-            for each in held:
-                each.close()
     assert proc.returncode == 143, lines
     assert lines == [
         "ckpt-events serve: interrupted; a second signal forced the exit: 2 requests in flight were cut "
@@ -291,21 +284,15 @@ def test_a_second_ctrl_c_to_a_worker_is_one_line_saying_what_it_cut(tmp_path: Pa
     reading, and each was a traceback of ~75 lines (156 lines in all); now the worker says
     them in its one line, and the server restarts it."""
     with _serve_with_workers(tmp_path, 2) as (proc, port, status):
-        url = status["workers"][0]["url"]
-        worker_port = int(url.rsplit(":", 1)[1])
-        pids = {p for p in _children(proc.pid) if _listens(p, worker_port)}
+        worker_port = _port(status["workers"][0])
+        pids = _listening_children(proc.pid, worker_port)
         assert len(pids) == 1, pids
         (worker,) = pids
-        held = [_hold(worker_port, "/work/advance") for _ in range(2)]
-        try:
-            time.sleep(0.3)
+        with _holding([(worker_port, "/work/advance")] * 2):
             os.killpg(worker, signal.SIGINT)
             time.sleep(1.2)
             os.killpg(worker, signal.SIGINT)
             _wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
-        finally:
-            for each in held:
-                each.close()
         lines = _interrupt_and_check(proc, tmp_path)
     assert proc.returncode == 130
     assert "Traceback" not in "\n".join(lines) and not [x for x in lines if x.startswith("ERROR:")], lines
@@ -406,40 +393,12 @@ def test_a_sigint_delivered_twice_to_a_worker_is_one_interrupt_and_one_line(tmp_
     exit, cutting a request it was serving, and the SIGINT uvicorn raised again on the way out
     was a KeyboardInterrupt traceback, exit -2. Two at once are one interrupt: the request held
     open keeps the worker's graceful stop waiting; once it ends, one line and exit 130."""
-    import json
-    import socket
-    import urllib.request
-
-    token = "signal-test-token"
-    token_file = write_token_file(tmp_path / "token", token)
-    port = free_port()
-    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token_file), "--workers", "2"]
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}{CONTROL_PREFIX}/status", headers={"authorization": f"Bearer {token}"}
-        )
-
-        def workers_up() -> bool:
-            assert proc.poll() is None, (tmp_path / "err").read_text()
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(request, timeout=1) as reply:
-                    workers = json.load(reply)["workers"]
-                return all(w["connected"] and w["url"] for w in workers)
-            return False
-
-        _wait_for(workers_up, 30, "serve's workers to connect")
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            url = json.load(reply)["workers"][0]["url"]
-        host, worker_port = url.removeprefix("http://").rsplit(":", 1)
-        pids = {p for p in _children(proc.pid) if _listens(p, int(worker_port))}
+    with _serve_with_workers(tmp_path, 2) as (proc, _, status):
+        worker_port = _port(status["workers"][0])
+        pids = _listening_children(proc.pid, worker_port)
         assert len(pids) == 1, pids
         (worker,) = pids
-        with socket.create_connection((host, int(worker_port)), 5) as held:
-            held.sendall(
-                f"POST /work/advance HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n"
-                "content-type: application/json\r\ncontent-length: 100\r\n\r\n{".encode()
-            )
-            time.sleep(0.3)
+        with _holding([(worker_port, "/work/advance")]):
             os.killpg(worker, signal.SIGINT)
             time.sleep(0.02)
             os.killpg(worker, signal.SIGINT)
@@ -496,14 +455,9 @@ def test_a_stop_of_serve_with_workers_counts_what_their_own_ports_cut(tmp_path: 
     on each worker's own port: all three are cut, and the line said "1 request in flight was
     cut" (the workers' two cut as they ended, logged at DEBUG only). Now it counts and names them."""
     with _serve_with_workers(tmp_path, 2) as (proc, port, status):
-        held = [_hold(port, "/work/start")]
-        held += [_hold(int(w["url"].rsplit(":", 1)[1]), "/work/advance") for w in status["workers"]]
-        try:
-            time.sleep(0.3)
+        held = [(port, "/work/start")] + [(_port(w), "/work/advance") for w in status["workers"]]
+        with _holding(held):
             lines = _interrupt_and_check(proc, tmp_path, sig)
-        finally:
-            for each in held:
-                each.close()
     assert (proc.returncode, lines) == (
         128 + sig,
         [
@@ -521,12 +475,8 @@ def test_a_stop_cutting_only_a_workers_port_is_said(tmp_path: Path, sig: int) ->
     signal without a word (-15; after SIGHUP still -1, its handler Python's default again when
     uvicorn raised it) while the worker cut the request. Now one line counts it, exit 143 (129)."""
     with _serve_with_workers(tmp_path, 2) as (proc, _, status):
-        held = _hold(int(status["workers"][1]["url"].rsplit(":", 1)[1]), "/work/advance")
-        try:
-            time.sleep(0.3)
+        with _holding([(_port(status["workers"][1]), "/work/advance")]):
             lines = _interrupt_and_check(proc, tmp_path, sig)
-        finally:
-            held.close()
     assert (proc.returncode, lines) == (
         128 + sig,
         [
