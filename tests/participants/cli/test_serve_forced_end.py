@@ -1,4 +1,5 @@
-"""A stop signal after a forced exit has ended ``serve()``, before the command has said its line."""
+"""A stop signal after a forced exit has ended ``serve()``, before the command has said its line;
+and one after the line, as the process exits."""
 
 from __future__ import annotations
 
@@ -91,3 +92,50 @@ def test_a_signal_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path:
             "yet written or exported may be lost"
         ],
     )
+
+
+#: The command line as the ``ckpt-events`` script runs it: ``main()`` reads the process's argv.
+SCRIPT = "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())"
+
+
+def test_a_second_ctrl_c_as_serve_exits_after_its_line_is_the_same_stop(tmp_path: Path) -> None:
+    """Ctrl-C, then Ctrl-C again 0.1 s after serve said its line (pressed twice quickly): the
+    second landed in the interpreter's exit (about 0.17 s after the line), where ``main`` had
+    given Python's handler back and the interpreter's end the default: the process died of
+    SIGINT (-2, 4 runs of 4). Now it is the same stop: the one line, exit 130."""
+    token = write_token_file(tmp_path / "token", "signal-test-token")
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
+    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "serve ended before it listened"
+            assert time.monotonic() < deadline, "serve did not listen within 30 s"
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            time.sleep(0.02)
+        assert proc.stderr is not None
+        os.kill(proc.pid, signal.SIGINT)
+        line = proc.stderr.readline()  # its line said: the process is on its way out
+        time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert (proc.returncode, line, rest) == (130, b"ckpt-events serve: interrupted\n", b"")
