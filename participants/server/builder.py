@@ -22,7 +22,7 @@ from fastapi import APIRouter, FastAPI
 from ckpt_events import Bus, Telemetry
 from ckpt_events.participants.fastapi import instrument
 from ckpt_events.participants.server.control import ControlPlane
-from ckpt_events.participants.server.limits import BodyLimit
+from ckpt_events.participants.server.limits import BodyLimit, StopCutAnswered
 from ckpt_events.participants.server.routes import control_router, install_error_handlers
 
 __all__ = ["Closeable", "LifespanBody", "build_app", "build_work_app"]
@@ -99,6 +99,7 @@ def build_app(
     app.include_router(control_router(plane, token))
     app.include_router(work_router)
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(StopCutAnswered)
     # Last, so its arrival stamp is outermost: taken before routing, body parsing and auth.
     if own_bus:
         instrumented = instrument(app, telemetry=tel, configure_sinks=configure_sinks or _no_sinks)
@@ -122,5 +123,6 @@ def build_work_app(*, title: str, tel: Telemetry, work_router: APIRouter, max_bo
     install_error_handlers(app, tel)
     app.include_router(work_router)
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(StopCutAnswered)
     app.state.monitor = instrument(app, telemetry=tel, bus=tel.bus).monitor
     return app

@@ -3,8 +3,10 @@
 ``BodyLimit`` is an ASGI middleware: a ``Content-Length`` over the bound is answered 413 before
 anything is read, and a streamed body is counted chunk by chunk and cut off at the bound, so
 no route ever buffers more than ``max_body_bytes``. A client that hangs up mid-body ends its
-request quietly (no traceback). ``server_limits()`` are the uvicorn settings ``serve``, the
-worker ports and the fleets use (connections under a ``connection_guard``);
+request quietly (no traceback). ``StopCutAnswered`` answers a request the server's stop cut
+(its graceful-shutdown deadline, a forced exit) 503, not uvicorn's 500. ``server_limits()``
+are the uvicorn settings ``serve``, the worker ports and the fleets use (connections under a
+``connection_guard``);
 ``log_resource_exhaustion_once`` keeps "Too many open files" to one log line,
 ``log_shutdown_cuts_in_one_line`` each request cut at the graceful-shutdown deadline, and
 ``log_sink_os_errors_in_one_line`` a sink that failed for want of its disk or socket.
@@ -28,8 +30,10 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "SHUTDOWN_CUT_LOGGER",
     "SINK_FAILURE_LOGGER",
+    "STOP_CUT_CODE",
     "BodyLimit",
     "OsErrorInOneLine",
+    "StopCutAnswered",
     "log_resource_exhaustion_once",
     "log_shutdown_cuts_in_one_line",
     "log_sink_os_errors_in_one_line",
@@ -107,6 +111,61 @@ class BodyLimit:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+#: The error code of the reply to a request the server's stop cut (not a protocol code: as
+#: ``payload_too_large``, the server's own answer, before or after any route).
+STOP_CUT_CODE: Final = "server_stopping"
+
+
+class StopCutAnswered:
+    """Answer a request that the server's stop cancels before its response started (uvicorn's
+    graceful-shutdown deadline, or a forced exit) 503 with ``Connection: close`` and an error
+    body saying so, then let the cancellation go on (uvicorn then closes the connection).
+
+    uvicorn answers any request its app raised out of, ``CancelledError`` too, 500 "Internal
+    Server Error": read by a client as the handler's own failure. A ``CancelledError`` out of
+    a task that is not being cancelled (a handler's own, from a future someone else cancelled)
+    is left to uvicorn. No ``Retry-After``: whether, and when, a server serves here again is not
+    this one's to know. A response already started is left as it is (uvicorn closes it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not started and task is not None and task.cancelling():
+                await _answer_stop_cut(send)
+            raise
+
+
+async def _answer_stop_cut(send: Send) -> None:
+    detail = (
+        "the server is stopping: its stop cut this request before it was answered (its "
+        "graceful-shutdown deadline passed, or its exit was forced); send it again once a "
+        "server runs here"
+    )
+    body = encode(ErrorBody(error=ErrorDetail(code=STOP_CUT_CODE, detail=detail)))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _Once(logging.Filter):
