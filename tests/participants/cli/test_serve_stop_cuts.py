@@ -1,10 +1,12 @@
-"""What a client receives when a stop of ``serve`` cuts its request: a real server, a real client."""
+"""What a stop of ``serve`` cuts, and how it is said: what a client whose request it cut receives,
+and a worker that cannot say what it cut. Real servers, real clients."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,3 +83,66 @@ def test_a_request_cut_at_the_shutdown_deadline_is_answered_503_and_closed(tmp_p
         "ckpt-events serve: interrupted; at the 2 s shutdown deadline, 1 request in flight was cut "
         "(POST /work/advance)\n",
     )
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+def test_a_quiet_stop_with_a_stopped_worker_is_one_line_saying_it_is_not_counted(tmp_path: Path) -> None:
+    """``serve --workers 2``, one worker SIGSTOPped, then Ctrl-C with no request in flight: the
+    stopped worker cannot say what its own port cut, so the one line says so (not counted, never
+    "none"), exit 130, and no process is left (the stopped worker too)."""
+    token = write_token_file(tmp_path / "token", TOKEN)
+    port = free_port()
+    argv = ["serve", "environment", "--port", str(port), "--token-file", str(token), "--workers", "2"]
+    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    workers: list[int] = []
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=5) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, "serve ended before it served"
+                assert time.monotonic() < deadline, "serve and its workers did not serve within 30 s"
+                with contextlib.suppress(httpx.TransportError):
+                    status = client.get("/ng-control/v1/checkpoint/status").json()
+                    if len(status["workers"]) == 2 and all(
+                        w["connected"] and w["url"] for w in status["workers"]
+                    ):
+                        break
+                time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGSTOP)
+        time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        proc.wait(20)
+        left = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert proc.returncode == 130, err
+    assert re.fullmatch(
+        r"ckpt-events serve: interrupted; worker [01] did not say what its own port cut \(not counted\)\n",
+        err,
+    ), err
+    assert left == []
