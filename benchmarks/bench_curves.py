@@ -23,8 +23,11 @@ overtook it at the largest size read 0.38, "sub-linear", and passed. ``k`` is 1.
 rollouts, about 1.4 for 4 to 16 participants), so a curve fails when ``k`` is nearer quadratic than
 n log n at its own sizes (``fail_at``, never below 1.5). ``k`` is stated with its range over the
 repeats (each point anywhere in its min-max spread): a range on both sides of ``fail_at`` is
-"unknown", never a pass or a failure the noise made. Each point is the median of its repeats,
-printed with their spread (min-max). The repeats are interleaved across the sizes: round r
+"unknown", never a pass or a failure the noise made; so is a curve with one timing at a point (no
+spread to judge the noise by), and a timing that is not a positive, finite time (a child's NaN read
+"sub-linear", a pass) makes that curve unknown with why, its timings and the other curves kept.
+Each point is the median of its repeats, printed with their spread (min-max). The repeats are
+interleaved across the sizes: round r
 measures every size once, in an order rotated by r, before round r + 1 begins (``schedule``), so a
 burst of load on the machine lands on repeats of several sizes, where it widens their spread,
 never on every repeat of one size. Run back to back, the repeats of one point moved together: a
@@ -145,12 +148,46 @@ def fail_exponent(sizes: Sequence[int]) -> float:
     return max(FAIL_EXPONENT, (n_log_n + 2.0) / 2)
 
 
+def check_points(points: Mapping[int, Sequence[float]]) -> None:
+    """``ValueError`` naming the first point a verdict cannot use: fewer than three sizes, a size
+    that is not a positive whole number, a point with no timing, a timing that is not a positive,
+    finite number of seconds. (A NaN timing compared false everywhere and read "sub-linear", a
+    pass; an infinite one read "4+", a failure.)"""
+    if len(points) < 3:
+        raise ValueError(f"a curve's verdict needs three or more sizes, got {sorted(points)!r}")
+    for size, timings in sorted(points.items()):
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size {size!r} is not a positive whole number")
+        if not timings:
+            raise ValueError(f"the point at {size:,} has no timing")
+        for seconds in timings:
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(
+                    f"the point at {size:,} has a timing of {seconds!r} s: not a positive, finite time"
+                )
+
+
 def verdict(points: Mapping[int, Sequence[float]]) -> dict[str, Any]:
     """The growth of a curve from each size's timings: ``exponent`` (of the medians), its
     ``low``-``high`` range over the repeats (every point anywhere in its spread), ``fail_at``
     and ``met``: True when the whole range is below ``fail_at``, False when the whole range is at
-    or above it, None (unknown) when the spread allows either."""
+    or above it, None (unknown) when the spread allows either, or when a point has a single
+    timing (``single``: no spread to tell the noise by; ``low`` and ``high`` are then None).
+    ``ValueError`` (``check_points``) for timings no verdict can use."""
+    check_points(points)
     sizes = sorted(points)
+    single = [n for n in sizes if len(points[n]) < 2]
+    if single:
+        exponent = growth_exponent([(n, statistics.median(points[n])) for n in sizes])
+        fail_at = fail_exponent(sizes)
+        return {
+            "exponent": exponent,
+            "low": None,
+            "high": None,
+            "fail_at": fail_at,
+            "met": None,
+            "single": single,
+        }
     exponent = growth_exponent([(n, statistics.median(points[n])) for n in sizes])
     corners = [
         growth_exponent(list(zip(sizes, choice, strict=True)))
@@ -174,6 +211,12 @@ def exponent_row(curve: str, unit: str, points: Mapping[int, Sequence[float]]) -
     """The table's row for a curve's growth: its exponent with the range, the target, met."""
     said = verdict(points)
     exponent, fail_at = said["exponent"], said["fail_at"]
+    if said.get("single"):
+        at = ", ".join(f"{n:,}" for n in said["single"])
+        words = f"unknown: one timing at {at}, no spread to judge the noise by"
+        value = f"{_exponent_text(exponent)} (no range: one timing)"
+        what = f"{curve}: exponent of time on {unit} beyond the fixed cost, range over the repeats ({words})"
+        return (what, value, f"< {fail_at:.2f}", None)
     if said["met"] is None:
         words = f"unknown: the repeats' spread allows either side of {fail_at:.2f}"
     elif exponent >= fail_at:
@@ -345,7 +388,7 @@ def run(
     is one timing in seconds (by default a fresh process's, after a warm-up), called in the order
     of ``schedule``: each point's timings are listed by round."""
     repeats = 2 if quick else 3
-    figures: dict[str, Any] = {"repeats": repeats, "warmups": WARMUPS, "curves": {}}
+    figures: dict[str, Any] = {"quick": quick, "repeats": repeats, "warmups": WARMUPS, "curves": {}}
     rows: list[Any] = []
     for curve in curves:
         full, small, unit, what = CURVES[curve]
@@ -355,12 +398,23 @@ def run(
         for round_sizes in order:
             for size in round_sizes:
                 points[size].append(measure(curve, size))
-        said = verdict(points)
-        figures["curves"][curve] = {
+        measured = {
             "unit": unit,
             "what": what,
-            "points": {str(size): timings for size, timings in points.items()},
+            "points": {str(size): t for size, t in points.items()},
             "order": order,
+        }
+        try:
+            said = verdict(points)
+        except ValueError as exc:
+            # A timing no verdict can use (a child's NaN, a zero): this curve is unknown and says
+            # why; its timings and the other curves' figures are kept.
+            figures["curves"][curve] = {**measured, "error": str(exc), "met": None}
+            rows.extend(point_rows(curve, points, repeats))
+            rows.append((f"{curve}: exponent of time on {unit}: unknown, {exc}", None, "", None))
+            continue
+        figures["curves"][curve] = {
+            **measured,
             **said,
             "loglog_slope": fit_exponent([(size, statistics.median(t)) for size, t in points.items()]),
         }
@@ -369,7 +423,13 @@ def run(
 
 
 def curve_rows(curve: str, points: Mapping[int, Sequence[float]], repeats: int) -> list[tuple[Any, ...]]:
-    """A curve's rows: each point's median and spread, then its growth (``exponent_row``)."""
+    """A curve's rows: each point's median and spread (``point_rows``), then its growth
+    (``exponent_row``)."""
+    return [*point_rows(curve, points, repeats), exponent_row(curve, CURVES[curve][2], points)]
+
+
+def point_rows(curve: str, points: Mapping[int, Sequence[float]], repeats: int) -> list[tuple[Any, ...]]:
+    """Each point's median and spread (min-max) over its timings, in ms."""
     _, _, unit, what = CURVES[curve]
     rows: list[tuple[Any, ...]] = []
     for size, timings in sorted(points.items()):
@@ -382,7 +442,6 @@ def curve_rows(curve: str, points: Mapping[int, Sequence[float]], repeats: int) 
                 None,
             )
         )
-    rows.append(exponent_row(curve, unit, points))
     return rows
 
 
@@ -400,6 +459,12 @@ def curves_svg(figures: dict[str, Any], *, panel: int = 300) -> str:
 
 
 def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: int = 44) -> list[str]:
+    if "error" in curve:  # timings no verdict could use: no line drawn through them, the why said
+        return [
+            f'<text x="{left + pad}" y="14" font-weight="bold">{html.escape(f"{name}: unknown")}</text>',
+            f'<foreignObject x="{left + pad}" y="20" width="{panel - 2 * pad}" height="{panel - 2 * pad}">'
+            f'<div xmlns="http://www.w3.org/1999/xhtml">{html.escape(curve["error"])}</div></foreignObject>',
+        ]
     points = sorted((int(size), statistics.median(t)) for size, t in curve["points"].items())
     xs = [math.log10(size) for size, _ in points]
     ys = [math.log10(seconds) for _, seconds in points]
@@ -413,7 +478,9 @@ def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: 
     def line(values: list[float]) -> str:
         return " ".join("{:.1f},{:.1f}".format(*at(x, y)) for x, y in zip(xs, values, strict=True))
 
-    title = html.escape(f"{name}: exponent {_exponent_text(curve['exponent'])}")
+    # The table's verdict too: a failed or unknown curve's panel read like a passed one's.
+    said = {True: "", False: ", a failure", None: ", unknown"}[curve.get("met", True)]
+    title = html.escape(f"{name}: exponent {_exponent_text(curve['exponent'])}{said}")
     parts = [
         f'<text x="{left + pad}" y="14" font-weight="bold">{title}</text>',
         f'<rect x="{left + pad}" y="20" width="{inner}" height="{inner}" fill="none" stroke="#bbb"/>',
@@ -432,6 +499,18 @@ def _panel_svg(name: str, curve: dict[str, Any], *, left: int, panel: int, pad: 
     return parts
 
 
+def cannot_draw(out: Path) -> str | None:
+    """Why ``--png`` could not draw into ``out`` (no Chromium), with the fix; ``None`` if it can."""
+    from ckpt_events.participants.cli.report.png import find_browser
+
+    if find_browser() is not None:
+        return None
+    return (
+        f"cannot draw {out}: no Chromium found; install Debian's 'chromium' package (or set "
+        "$CKPT_EVENTS_CHROMIUM to a Chrome), or drop --png: nothing was measured"
+    )
+
+
 def write_png(figures: dict[str, Any], out: Path) -> None:
     """The curves as a PNG through a headless Chromium (``CommandError`` without one)."""
     from ckpt_events.participants.cli.report.png import screenshot
@@ -442,6 +521,12 @@ def write_png(figures: dict[str, Any], out: Path) -> None:
         page.write_text(f"<!doctype html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
         out.parent.mkdir(parents=True, exist_ok=True)
         screenshot(page, out, width=300 * len(figures["curves"]), height=272)
+
+
+def title(*, quick: bool) -> str:
+    """The table's title; a quick run's says so, and that its figures are not the docs'."""
+    said = "ckpt-events cost against scale: each curve and its exponent"
+    return f"{said} (--quick: smaller sizes, 2 repeats; not the full run's figures)" if quick else said
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,9 +550,13 @@ def main(argv: list[str] | None = None) -> int:
             curve, size = args.point[0], int(args.point[1])
             print(json.dumps(anyio.run(_point_in_this_process, curve, size, args.repeats, args.warmups)))
             return 0
+        if args.png is not None and (refusal := cannot_draw(args.png)) is not None:
+            # Said before the run: a missing Chromium was found only after minutes of measuring.
+            print(f"bench_curves: {refusal}", file=sys.stderr)
+            return 1
         result = run(quick=args.quick, curves=args.only or tuple(CURVES))
         rows = result.pop("rows")
-        report.publish("ckpt-events cost against scale: each curve and its exponent", rows, args.json, result)
+        report.publish(title(quick=args.quick), rows, args.json, result)
         if args.png is not None:
             write_png(result, args.png)
             print(f"curves drawn in {args.png}")

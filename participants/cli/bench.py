@@ -113,13 +113,20 @@ def _run(args: argparse.Namespace) -> int:
         rows.extend(result.pop("rows"))
         figures[name] = result
     if figures:
-        report.print_table("ckpt-events benchmarks (ratios measured side by side in one run)", rows)
+        report.print_table(_title(quick=args.quick), rows)
         report.write_json(args.json, figures, rows=rows, failed=failed)
         print(f"figures written to {args.json}")
     if failed:
         kept = f"the others' figures are in {args.json}" if figures else "no figures written"
         raise CommandError(f"{counted(len(failed), 'suite')} failed ({', '.join(failed)}): {kept}")
     return 0
+
+
+def _title(*, quick: bool) -> str:
+    """The table's title: a ``--quick`` run's says its figures are a short run's, never to be
+    taken for (or pasted as) the full run's."""
+    said = "ckpt-events benchmarks (ratios measured side by side in one run)"
+    return f"{said}, --quick: a short run's figures, not the full run's" if quick else said
 
 
 BENCH = Command(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -82,7 +84,7 @@ def test_a_quadratic_step_fails_at_every_curves_sizes(sizes: tuple[int, ...], co
     exponent: a fixed cost that a quadratic step overtook at the largest size read 0.38 over the
     report's sizes ("sub-linear (a fixed cost dominates)") and 1.07 over the watch's ("linear"),
     and passed. The verdict sets the fixed cost aside and fails both."""
-    points = {n: [cost(n, sizes[-1])] for n in sizes}  # type: ignore[operator]
+    points = {n: [cost(n, sizes[-1])] * 2 for n in sizes}  # type: ignore[operator]
     what, _, _, met = bench_curves.exponent_row("report", "checkpoints", points)
     assert met is False and "(a failure)" in what
 
@@ -101,7 +103,7 @@ def test_a_quadratic_step_fails_at_every_curves_sizes(sizes: tuple[int, ...], co
 def test_linear_and_n_log_n_pass_at_every_curves_sizes(sizes: tuple[int, ...], cost: object) -> None:
     """n log n reads more than 1 at small sizes (about 1.4 over 4, 8, 16 participants, where the
     log-log slope read 1.50: "faster than n log n (a failure)"); it passes at every curve's sizes."""
-    points = {n: [cost(n)] for n in sizes}  # type: ignore[operator]
+    points = {n: [cost(n)] * 2 for n in sizes}  # type: ignore[operator]
     what, value, _, met = bench_curves.exponent_row("watch", "participants", points)
     assert met is True, (what, value)
     assert "failure" not in what
@@ -200,3 +202,114 @@ def test_a_point_in_its_process_is_timed_after_its_warm_up() -> None:
     """The first run in a fresh process pays its imports and first calls: it is run untimed."""
     timings = bench_curves.measure_point("report", 10, 2, warmups=1)
     assert len(timings) == 2 and all(0 < t < 10 for t in timings)
+
+
+@pytest.mark.parametrize(
+    ("timings", "said"),
+    [
+        (
+            [float("nan"), 0.05],
+            "has a timing of nan s",
+        ),  # compared false everywhere: read "sub-linear", a pass
+        ([float("inf"), 0.05], "has a timing of inf s"),  # read "4+", a failure
+        ([0.0, 0.05], "has a timing of 0.0 s"),
+        ([-0.01, 0.05], "has a timing of -0.01 s"),
+        ([], "has no timing"),
+    ],
+    ids=["nan", "inf", "zero", "negative", "none"],
+)
+@pytest.mark.parametrize("where", [1_000, 64_000], ids=["smallest", "largest"])
+def test_a_timing_no_verdict_can_use_is_a_precise_error(timings: list[float], said: str, where: int) -> None:
+    """A NaN at the largest point read "0.00 (0.00-0.00) sub-linear", met: a false pass; an
+    infinite one "4+", a false failure. Now a ValueError naming the point and the timing."""
+    points = {n: [1e-6 * n, 1.1e-6 * n] for n in SIZES}
+    points[where] = timings
+    with pytest.raises(ValueError, match=f"the point at {where:,} {said}"):
+        bench_curves.verdict(points)
+
+
+@pytest.mark.parametrize("points", [{1_000: [0.1, 0.1], 64_000: [3.0, 3.1]}, {}])
+def test_a_verdict_needs_three_sizes(points: dict[int, list[float]]) -> None:
+    with pytest.raises(ValueError, match="three or more sizes"):
+        bench_curves.verdict(points)
+
+
+def test_a_run_keeps_every_curve_when_one_has_a_nan_timing() -> None:
+    """A NaN from a child (JSON carries it) read as a passed curve; now that curve is unknown,
+    says why, keeps its timings, and the other curves keep their verdicts."""
+
+    def measure(curve: str, size: int) -> float:
+        return float("nan") if (curve, size) == ("report", 10_000) else 1e-4 * size
+
+    result = bench_curves.run(curves=("report", "fleet"), measure=measure)
+    report_curve, fleet = result["curves"]["report"], result["curves"]["fleet"]
+    assert report_curve["met"] is None and "timing of nan s" in report_curve["error"]
+    assert len(report_curve["points"]["10000"]) == 3 and report_curve["points"]["10"] == [1e-3] * 3
+    assert fleet["met"] is True and fleet["exponent"] == pytest.approx(1.0)
+    last_report_row = [row for row in result["rows"] if row[0].startswith("report:")][-1]
+    assert "unknown" in last_report_row[0] and last_report_row[3] is None
+
+
+def test_one_timing_per_point_is_unknown_with_no_range() -> None:
+    """One timing a point printed "2.00 (2.00-2.00)", a range with no repeats behind it, and a
+    failure (or a pass) the noise could have made: now unknown, and no range is claimed."""
+    for cost in (lambda n: 1e-9 * n * n, lambda n: 3e-6 * n):
+        what, value, _, met = bench_curves.exponent_row("rollouts", "rollouts", {n: [cost(n)] for n in SIZES})
+        assert met is None and "one timing" in what and value.endswith("(no range: one timing)")
+    said = bench_curves.verdict({n: [1e-9 * n * n] for n in SIZES})
+    assert said["low"] is None and said["high"] is None and said["single"] == list(SIZES)
+
+
+def test_a_quick_run_says_its_figures_are_quick() -> None:
+    """A --quick table was titled as the full run's, its JSON without a word of it."""
+    result = bench_curves.run(quick=True, curves=("fleet",), measure=lambda curve, size: 0.1 * size)
+    assert (
+        result["quick"] is True
+        and bench_curves.run(curves=("fleet",), measure=lambda c, n: n)["quick"] is False
+    )
+    assert "--quick" in bench_curves.title(quick=True) and "quick" not in bench_curves.title(quick=False)
+
+
+def test_the_picture_says_each_curves_verdict_and_why_one_has_none() -> None:
+    """A failed curve's panel read "report: exponent 2.00", as a passed one's does."""
+    figures = {
+        "curves": {
+            "report": {
+                "unit": "checkpoints",
+                "points": {"10": [0.01], "1000": [90.0]},
+                "exponent": 2.0,
+                "met": False,
+            },
+            "watch": {
+                "unit": "participants",
+                "points": {"4": [0.01], "64": [0.9]},
+                "exponent": 1.5,
+                "met": None,
+            },
+            "fleet": {
+                "unit": "servers",
+                "points": {"1": [float("nan")]},
+                "met": None,
+                "error": "a <nan> timing",
+            },
+        }
+    }
+    svg = curves_svg(figures)
+    assert "report: exponent 2.00, a failure" in svg and "watch: exponent 1.50, unknown" in svg
+    assert "fleet: unknown" in svg and "a &lt;nan&gt; timing" in svg and svg.count("<polyline") == 4
+
+
+def test_png_without_chromium_is_refused_in_one_line_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without Chromium, --png failed after the whole run (minutes), naming a fix the suite
+    does not have ("or write .html/.svg"); now it is refused before anything is measured."""
+    monkeypatch.delenv("CKPT_EVENTS_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser on it
+    out = tmp_path / "figures.json"
+    began = time.perf_counter()
+    code = bench_curves.main(["--only", "report", "--png", str(tmp_path / "c.png"), "--json", str(out)])
+    assert code == 1 and time.perf_counter() - began < 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no Chromium found" in err and "nothing was measured" in err
+    assert not out.exists()

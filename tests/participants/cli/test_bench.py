@@ -224,3 +224,12 @@ def test_a_json_link_into_missing_folders_is_written_where_it_points(
     assert run.returncode == 0, run.stderr[-2000:]
     assert (target.parent.parent.parent / "figures.json").is_symlink()
     assert "scale" in json.loads(target.read_text())["figures"]
+
+
+def test_a_quick_tables_title_says_its_figures_are_a_short_runs() -> None:
+    """``bench --quick`` printed the full run's title over its figures (curves at 500 to 8,000
+    rollouts, two repeats), nothing to tell them from the docs' figures when pasted."""
+    from ckpt_events.participants.cli.bench import _title
+
+    assert "--quick: a short run's figures" in _title(quick=True)
+    assert "quick" not in _title(quick=False)
