@@ -10,7 +10,16 @@ import anyio
 import pytest
 
 from ckpt_events.benchmarks import bench_curves
-from ckpt_events.benchmarks.bench_curves import FAIL_EXPONENT, curves_svg, fit_exponent, growth
+from ckpt_events.benchmarks.bench_curves import curves_svg
+from ckpt_events.benchmarks.growth import (
+    FAIL_EXPONENT,
+    MAX_EXPONENT,
+    exponent_row,
+    fit_exponent,
+    growth,
+    growth_exponent,
+    verdict,
+)
 
 SIZES = (1_000, 16_000, 64_000)
 
@@ -85,7 +94,7 @@ def test_a_quadratic_step_fails_at_every_curves_sizes(sizes: tuple[int, ...], co
     report's sizes ("sub-linear (a fixed cost dominates)") and 1.07 over the watch's ("linear"),
     and passed. The verdict sets the fixed cost aside and fails both."""
     points = {n: [cost(n, sizes[-1])] * 2 for n in sizes}  # type: ignore[operator]
-    what, _, _, met = bench_curves.exponent_row("report", "checkpoints", points)
+    what, _, _, met = exponent_row("report", "checkpoints", points)
     assert met is False and "(a failure)" in what
 
 
@@ -104,7 +113,7 @@ def test_linear_and_n_log_n_pass_at_every_curves_sizes(sizes: tuple[int, ...], c
     """n log n reads more than 1 at small sizes (about 1.4 over 4, 8, 16 participants, where the
     log-log slope read 1.50: "faster than n log n (a failure)"); it passes at every curve's sizes."""
     points = {n: [cost(n)] * 2 for n in sizes}  # type: ignore[operator]
-    what, value, _, met = bench_curves.exponent_row("watch", "participants", points)
+    what, value, _, met = exponent_row("watch", "participants", points)
     assert met is True, (what, value)
     assert "failure" not in what
 
@@ -114,25 +123,23 @@ def test_the_exponent_is_stated_with_its_range_and_unknown_when_it_straddles() -
     ran from 278 to 662 ms): now with its range over the repeats, and a range on both sides of
     the failure line is unknown (met None), neither a pass nor a failure."""
     quick_run = {500: [0.0609, 0.0648], 2000: [0.0742, 0.0922], 8000: [0.2784, 0.6620]}
-    what, value, target, met = bench_curves.exponent_row("rollouts", "rollouts", quick_run)
+    what, value, target, met = exponent_row("rollouts", "rollouts", quick_run)
     assert met is None and "unknown" in what
     low, high = (float(x) for x in value.split("(")[1].rstrip(")").split("-"))
     assert low < float(target.removeprefix("< ")) <= high
     quiet = {10: [0.0101, 0.0105, 0.0140], 1000: [0.5871, 0.7057, 0.8590], 10000: [5.8428, 6.1499, 6.8789]}
-    what, value, _, met = bench_curves.exponent_row("report", "checkpoints", quiet)
+    what, value, _, met = exponent_row("report", "checkpoints", quiet)
     assert met is True and value == "0.94 (0.83-1.08)" and "linear or n log n" in what
 
 
 def test_the_growth_exponent_sets_the_fixed_cost_aside() -> None:
     sizes = (10, 1_000, 10_000)
     for k in (0.5, 1.0, 1.5, 2.0, 3.0):
-        assert bench_curves.growth_exponent([(n, 7.0 + 1e-4 * n**k) for n in sizes]) == pytest.approx(
-            k, abs=1e-6
-        )
-    assert bench_curves.growth_exponent([(1, 1.0), (2, 1.0), (4, 1.0)]) == 0.0  # no growth
-    assert bench_curves.growth_exponent([(1, 1.0), (2, 0.9), (4, 5.0)]) == bench_curves.MAX_EXPONENT
+        assert growth_exponent([(n, 7.0 + 1e-4 * n**k) for n in sizes]) == pytest.approx(k, abs=1e-6)
+    assert growth_exponent([(1, 1.0), (2, 1.0), (4, 1.0)]) == 0.0  # no growth
+    assert growth_exponent([(1, 1.0), (2, 0.9), (4, 5.0)]) == MAX_EXPONENT
     with pytest.raises(ValueError):
-        bench_curves.growth_exponent([(1, 1.0), (4, 2.0)])
+        growth_exponent([(1, 1.0), (4, 2.0)])
 
 
 class _LoadBurst:
@@ -188,7 +195,7 @@ def test_a_load_burst_is_never_a_false_failure_the_repeats_are_interleaved(quick
         # The control: the same burst over each point's repeats run back to back.
         back_to_back = _LoadBurst(start, width)
         points = {n: [back_to_back("fleet", n) for _ in range(repeats)] for n in sizes}
-        false_failures_back_to_back += bench_curves.verdict(points)["met"] is False
+        false_failures_back_to_back += verdict(points)["met"] is False
     assert false_failures_back_to_back > 0
 
 
@@ -225,13 +232,13 @@ def test_a_timing_no_verdict_can_use_is_a_precise_error(timings: list[float], sa
     points = {n: [1e-6 * n, 1.1e-6 * n] for n in SIZES}
     points[where] = timings
     with pytest.raises(ValueError, match=f"the point at {where:,} {said}"):
-        bench_curves.verdict(points)
+        verdict(points)
 
 
 @pytest.mark.parametrize("points", [{1_000: [0.1, 0.1], 64_000: [3.0, 3.1]}, {}])
 def test_a_verdict_needs_three_sizes(points: dict[int, list[float]]) -> None:
     with pytest.raises(ValueError, match="three or more sizes"):
-        bench_curves.verdict(points)
+        verdict(points)
 
 
 def test_a_run_keeps_every_curve_when_one_has_a_nan_timing() -> None:
@@ -254,9 +261,9 @@ def test_one_timing_per_point_is_unknown_with_no_range() -> None:
     """One timing a point printed "2.00 (2.00-2.00)", a range with no repeats behind it, and a
     failure (or a pass) the noise could have made: now unknown, and no range is claimed."""
     for cost in (lambda n: 1e-9 * n * n, lambda n: 3e-6 * n):
-        what, value, _, met = bench_curves.exponent_row("rollouts", "rollouts", {n: [cost(n)] for n in SIZES})
+        what, value, _, met = exponent_row("rollouts", "rollouts", {n: [cost(n)] for n in SIZES})
         assert met is None and "one timing" in what and value.endswith("(no range: one timing)")
-    said = bench_curves.verdict({n: [1e-9 * n * n] for n in SIZES})
+    said = verdict({n: [1e-9 * n * n] for n in SIZES})
     assert said["low"] is None and said["high"] is None and said["single"] == list(SIZES)
 
 
