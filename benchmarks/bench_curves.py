@@ -67,6 +67,11 @@ DEFAULT_JSON = Path(__file__).parent / "results" / "curves.json"
 #: Untimed runs of a point in its process before its timing: the first one pays imports and first calls.
 WARMUPS: Final = 1
 
+#: A point's process (its warm-up and one timing) is killed past this. The full run's slowest, the
+#: report at 10,000 checkpoints, took 6.4-8.4 s a timing; it was 1,800 s, so a point that would
+#: take an hour stalled the run 30 min a timing (36 in a full run), then failed it whole.
+POINT_TIMEOUT_S: Final = 300.0
+
 #: Per curve: its sizes (full, quick), the unit of its size, what is timed.
 CURVES: Final[dict[str, tuple[tuple[int, ...], tuple[int, ...], str, str]]] = {
     "rollouts": ((1_000, 16_000, 64_000), (500, 2_000, 8_000), "rollouts", "commit + restore, all sinks on"),
@@ -187,19 +192,32 @@ POINTS: Final[dict[str, Callable[[int], Any]]] = {
 }
 
 
-def measure_point(curve: str, size: int, repeats: int, *, warmups: int = WARMUPS) -> list[float]:
+class PointError(RuntimeError):
+    """A point's process failed or ran past its time: its curve is unknown, the run goes on."""
+
+
+def measure_point(
+    curve: str, size: int, repeats: int, *, warmups: int = WARMUPS, timeout_s: float = POINT_TIMEOUT_S
+) -> list[float]:
     """``repeats`` timings of one point, in a fresh Python process, after ``warmups`` untimed runs
     of it there (the first run in a process paid its imports and first calls: 26 ms against 5 ms
-    for the watch at 4 participants)."""
+    for the watch at 4 participants). ``PointError`` when the process fails, or has not finished
+    within ``timeout_s`` (it is killed)."""
     module = __spec__.name if __spec__ is not None else __name__
     command = [sys.executable, "-m", module, "--point", curve, str(size), "--repeats", str(repeats)]
     command += ["--warmups", str(warmups)]
     # PYTHONSAFEPATH: the child's path is ours, never its working directory's modules.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONSAFEPATH": "1"}
-    done = subprocess.run(command, capture_output=True, timeout=1800, env=env, check=False)
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise PointError(
+            f"{curve} at {size:,}: {repeats} timing(s) and {warmups} warm-up(s) ran past {timeout_s:g} s "
+            "and were stopped (the rest of the curve was not measured)"
+        ) from None
     if done.returncode != 0:
         last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"{curve} at {size}: the child exited {done.returncode}: {last}")
+        raise PointError(f"{curve} at {size:,}: the child exited {done.returncode}: {last}")
     timings: list[float] = json.loads(done.stdout.decode().strip().splitlines()[-1])
     return timings
 
@@ -241,24 +259,33 @@ def run(
         sizes = small if quick else full
         order = schedule(sizes, repeats)
         points: dict[int, list[float]] = {size: [] for size in sizes}
-        for round_sizes in order:
-            for size in round_sizes:
-                points[size].append(measure(curve, size))
+        try:
+            for round_sizes in order:
+                for size in round_sizes:
+                    points[size].append(measure(curve, size))
+            said = verdict(points)
+        except (PointError, ValueError) as exc:
+            # A point that failed or ran past its time (the rest of its curve is not measured), or
+            # a timing no verdict can use (a child's NaN, a zero): this curve is unknown and says
+            # why; the timings it has and the other curves' figures are kept.
+            timed = {size: timings for size, timings in points.items() if timings}
+            figures["curves"][curve] = {
+                "unit": unit,
+                "what": what,
+                "points": {str(size): t for size, t in timed.items()},
+                "order": order,
+                "error": str(exc),
+                "met": None,
+            }
+            rows.extend(point_rows(curve, timed, repeats))
+            rows.append((f"{curve}: exponent of time on {unit}: unknown, {exc}", None, "", None))
+            continue
         measured = {
             "unit": unit,
             "what": what,
             "points": {str(size): t for size, t in points.items()},
             "order": order,
         }
-        try:
-            said = verdict(points)
-        except ValueError as exc:
-            # A timing no verdict can use (a child's NaN, a zero): this curve is unknown and says
-            # why; its timings and the other curves' figures are kept.
-            figures["curves"][curve] = {**measured, "error": str(exc), "met": None}
-            rows.extend(point_rows(curve, points, repeats))
-            rows.append((f"{curve}: exponent of time on {unit}: unknown, {exc}", None, "", None))
-            continue
         figures["curves"][curve] = {
             **measured,
             **said,

@@ -320,3 +320,32 @@ def test_png_without_chromium_is_refused_in_one_line_before_measuring(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no Chromium found" in err and "nothing was measured" in err
     assert not out.exists()
+
+
+def test_a_point_past_its_time_is_stopped_in_one_line() -> None:
+    """A child ran up to 1,800 s a timing (36 timings in a full run) before subprocess said
+    "Command [...] timed out"; past ``timeout_s`` it is killed and the point named."""
+    began = time.perf_counter()
+    with pytest.raises(bench_curves.PointError) as caught:
+        bench_curves.measure_point("report", 10, 1, timeout_s=0.2)
+    assert time.perf_counter() - began < 2
+    assert str(caught.value).startswith("report at 10: 1 timing(s) and 1 warm-up(s) ran past 0.2 s")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_failed_point_makes_its_curve_unknown_and_the_run_goes_on() -> None:
+    """A point that failed or ran past its time failed the whole run, every curve measured
+    before it lost; now its curve is unknown with why, and keeps the timings it has."""
+
+    def measure(curve: str, size: int) -> float:
+        if (curve, size) == ("report", 1_000):
+            raise bench_curves.PointError("report at 1,000: ran past 300 s and was stopped")
+        return 1e-4 * size
+
+    result = bench_curves.run(curves=("report", "fleet"), measure=measure)
+    report_curve = result["curves"]["report"]
+    assert report_curve["met"] is None and "ran past 300 s" in report_curve["error"]
+    assert report_curve["points"] == {"10": [1e-3]}  # round 0 measured 10, then 1,000 failed
+    assert result["curves"]["fleet"]["met"] is True
+    report_rows = [row for row in result["rows"] if row[0].startswith("report:")]
+    assert len(report_rows) == 2 and "unknown, report at 1,000: ran past" in report_rows[-1][0]
