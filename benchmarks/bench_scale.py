@@ -272,7 +272,7 @@ def _measure(quick: bool) -> dict[str, Any]:
     every fleet's apps) weighs on the next."""
     sizes = (1_000, 4_000) if quick else (1_000, 4_000, 16_000)
     pairs = 5 if quick else 9
-    figures: dict[str, Any] = {"sizes": {}, "pairs": pairs, "largest": sizes[-1]}
+    figures: dict[str, Any] = {"quick": quick, "sizes": {}, "pairs": pairs, "largest": sizes[-1]}
     for n in sizes:
         one = measure_in_child(n, pairs, peak=n == sizes[-1])
         peak = one.pop("peak_memory_bytes", None)
@@ -359,6 +359,14 @@ def growth_rows(sizes: dict[int, dict[str, Any]]) -> list[tuple[Any, ...]]:
     return rows
 
 
+def title(*, quick: bool) -> str:
+    """The table's title; a quick run's says so, and that its figures are not the full run's."""
+    said = "ckpt-events scale: commit and restore, telemetry off vs all sinks"
+    return (
+        f"{said} (--quick: 1,000 and 4,000 rollouts, 5 pairs; not the full run's figures)" if quick else said
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0] if __doc__ else None, allow_abbrev=False
@@ -377,9 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = run(args.quick)
         rows = result.pop("rows")
-        report.publish(
-            "ckpt-events scale: commit and restore, telemetry off vs all sinks", rows, args.json, result
-        )
+        report.publish(title(quick=args.quick), rows, args.json, result)
         return 0
 
 

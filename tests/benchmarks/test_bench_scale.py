@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ckpt_events.benchmarks import report
-from ckpt_events.benchmarks.bench_scale import growth_rows, measure_in_child, run
+from ckpt_events.benchmarks.bench_scale import growth_rows, measure_in_child, run, title
 from ckpt_events.benchmarks.spread import Ratio
 
 
@@ -34,6 +34,7 @@ def test_the_ratio_rows_print_their_spread_over_the_pairs() -> None:
     """The on/off rows printed the median of the pairs alone ("1.009"), never "no measurable
     difference" for pairs straddling 1.0: they are ratios with their spread now."""
     result = run(quick=True)
+    assert result["quick"] is True  # the JSON says its figures are a quick run's
     for what, value, _target, _met in result["rows"][:2]:
         assert "all sinks / off" in what
         assert isinstance(value, Ratio) and value.rounds == result["pairs"]
@@ -71,3 +72,9 @@ def test_two_sizes_give_no_growth_verdict() -> None:
         "",
         None,
     )
+
+
+def test_a_quick_runs_title_says_so() -> None:
+    """A --quick table (1,000 and 4,000 rollouts, 5 pairs) was titled as the full run's."""
+    assert "--quick" in title(quick=True) and "not the full run's figures" in title(quick=True)
+    assert "quick" not in title(quick=False)
