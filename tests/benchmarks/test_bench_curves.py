@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 
@@ -349,3 +350,21 @@ def test_a_failed_point_makes_its_curve_unknown_and_the_run_goes_on() -> None:
     assert result["curves"]["fleet"]["met"] is True
     report_rows = [row for row in result["rows"] if row[0].startswith("report:")]
     assert len(report_rows) == 2 and "unknown, report at 1,000: ran past" in report_rows[-1][0]
+
+
+def test_the_last_panels_top_label_fits_in_the_picture() -> None:
+    """A one-curve picture (``--only report``) cut its top point's "1,134 ms" at "1,134 m": the
+    picture was exactly its panels wide. At 11 px sans-serif a glyph is under 7 px wide."""
+    figures = {
+        "curves": {
+            "report": {
+                "unit": "checkpoints",
+                "points": {"10": [0.011], "100": [0.1], "1000": [100.005]},
+                "exponent": 1.0,
+            }
+        }
+    }
+    svg = curves_svg(figures)
+    width = float(re.search(r'<svg [^>]*width="([0-9.]+)"', svg).group(1))  # type: ignore[union-attr]
+    x, label = re.findall(r'<text x="([0-9.]+)" y="[0-9.-]+">([^<]* ms)</text>', svg)[-1]
+    assert label == "100,005 ms" and float(x) + 7 * len(label) <= width
