@@ -463,6 +463,18 @@ def _final(runs: Sequence[_Run], counter: str) -> int:
     return sum(s.get(counter, 0) for one in runs for s in one.state.get("stopped", {}).get("sinks", ()))
 
 
+def _idle(bench: AppBench, on: Sequence[_Run]) -> str:
+    """Why the "on" servers had nothing to export (no event emitted in any round, each round's
+    counters reported), or ``""``: unknown counters are not taken for none."""
+    if not on or any("stopped" not in one.state for one in on) or _final(on, "emitted"):
+        return ""
+    requests = sum(one.load.requests for one in on)
+    return (
+        f"{bench.request} emitted no events in {requests:,} requests, so the sinks had nothing to do: "
+        "bench a route whose handler runs operation(request, ...) (docs/fastapi.md)"
+    )
+
+
 def _figures(
     bench: AppBench, runs: dict[str, list[_Run]], skipped: dict[str, str], sinks_on: list[str], pinned: bool
 ) -> dict[str, Any]:
@@ -486,10 +498,16 @@ def _figures(
         labels[_ON] = f"on: {', '.join(had) or 'nothing subscribed'}"
         cpu = Ratio.paired([one.us_per_request for one in on], [one.us_per_request for one in off])
         rps = Ratio.paired([one.per_second for one in on], [one.per_second for one in off])
-        rows.append((f"server CPU per request, on / off (--sinks {','.join(sinks_on)})", cpu, "", None))
-        rows.append((f"requests per second, on / off (--sinks {','.join(sinks_on)})", rps, "", None))
-        ratios = {"cpu_per_request": cpu.figures(), "requests_per_second": rps.figures()}
-        if bench.export_process:
+        if idle := _idle(bench, on):
+            # A route that runs no operation() (instrument() alone emits nothing): the sinks sat
+            # idle, and "on / off 1.032" was printed as the telemetry's cost, a ratio of nothing.
+            rows.append((f"on / off (--sinks {','.join(sinks_on)}): not measured, {idle}", None, "", None))
+            ratios = {"not_measured": idle}
+        else:
+            rows.append((f"server CPU per request, on / off (--sinks {','.join(sinks_on)})", cpu, "", None))
+            rows.append((f"requests per second, on / off (--sinks {','.join(sinks_on)})", rps, "", None))
+            ratios = {"cpu_per_request": cpu.figures(), "requests_per_second": rps.figures()}
+        if bench.export_process and not idle:
             both = Ratio.paired(
                 [one.us_per_request + one.children_us_per_request for one in on],
                 [one.us_per_request for one in off],

@@ -21,7 +21,7 @@ import pytest
 
 from ckpt_events.benchmarks import bench_app, rotel
 from ckpt_events.benchmarks.bench_app import BenchAppError
-from ckpt_events.benchmarks.load import Request
+from ckpt_events.benchmarks.load import Load, Request
 from ckpt_events.participants.cli.main import main
 
 APP = """
@@ -801,3 +801,31 @@ def test_a_server_whose_shutdown_hangs_is_killed_and_said(
     assert server.proc.returncode == -signal.SIGKILL
     err = capsys.readouterr().err
     assert "the off server did not stop within 1 s of SIGTERM and was killed" in err
+
+
+def test_a_route_that_emits_no_event_has_no_ratio(tmp_path: Path) -> None:
+    """A route of an instrument()ed app that runs no operation() emits nothing: the "on"
+    server's sinks sat idle and the table printed "server CPU per request, on / off 1.032",
+    a ratio of nothing read as the telemetry's cost. The real "on" server's counters (0 events)
+    now give a row saying so, and no ratio."""
+    (tmp_path / "routes.py").write_text(ROUTES)
+    bench = bench_app.AppBench(
+        app="routes:app", request=Request("GET", "/x"), sinks=("jsonl",), project=tmp_path
+    )
+    with bench_app._server(bench, "on", None, None) as server, httpx.Client() as client:
+        for _ in range(20):
+            assert client.get(f"http://127.0.0.1:{server.port}/x").status_code == 200
+    assert server.state["stopped"]["sinks"], server.state  # the counters were reported
+    runs = {
+        variant: [bench_app._Run(100.0 + r, 1_000.0, Load(1_000, 0, 1.0), state) for r in range(3)]
+        for variant, state in (("off", {}), ("on", server.state))
+    }
+    figures = bench_app._figures(bench, runs, {}, ["jsonl"], pinned=False)
+    rows = {what: value for what, value, _, _ in figures["rows"]}
+    assert not any("on / off" in what and value is not None for what, value in rows.items()), rows
+    why = (
+        "GET /x emitted no events in 3,000 requests, so the sinks had nothing to do: bench a route "
+        "whose handler runs operation(request, ...) (docs/fastapi.md)"
+    )
+    assert rows == {**rows, f"on / off (--sinks jsonl): not measured, {why}": None}
+    assert figures["ratio_on_off"] == {"not_measured": why}
