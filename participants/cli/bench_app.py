@@ -74,10 +74,15 @@ def _app_spec(value: str) -> str:
         module.endswith(".py") and Path(module).is_file()
     ):
         name = module.removesuffix(".py").replace("/", ".").strip(".")
+        where = ""
+        # '/srv/app.py:app' was told "--app srv.app:app" and '../api/app.py:app' "--app
+        # api.app:app", neither of which imports from where it was run: the file's own folder.
+        if (file := Path(module.removesuffix(".py"))).is_absolute() or ".." in file.parts:
+            name, where = file.name, f" (cd {shlex.quote(str(file.parent))})"
         if name != module and all(part.isidentifier() for part in name.split(".")):
             raise argparse.ArgumentTypeError(
                 f"takes MODULE:ATTR with MODULE a module's name, as uvicorn does, not a file path "
-                f"({shown(value)}): run from the folder that holds it, with --app {name}:{attribute}"
+                f"({shown(value)}): run from the folder that holds it{where}, with --app {name}:{attribute}"
             )
         raise argparse.ArgumentTypeError(
             f"takes MODULE:ATTR with MODULE a module's dotted name, not {shown(value)}"

@@ -709,10 +709,15 @@ def test_failures_under_the_refusal_share_have_a_row(
     [
         # A TypeError traceback from importlib ("the 'package' argument is required"), both
         # servers started, and "no module named 'app.py'" for the file's own name.
-        ("./app.py:app", "--app app:app"),
-        ("app.py:app", "--app app:app"),
-        ("src/service/main.py:api", "--app src.service.main:api"),
-        (".app:app", "--app app:app"),
+        ("./app.py:app", ", with --app app:app"),
+        ("app.py:app", ", with --app app:app"),
+        ("src/service/main.py:api", ", with --app src.service.main:api"),
+        (".app:app", ", with --app app:app"),
+        # From the current folder: "--app srv.app:app" and "--app api.app:app", which import
+        # from neither the current folder nor the file's.
+        ("/srv/app.py:app", " (cd /srv), with --app app:app"),
+        ("../api/app.py:app", " (cd ../api), with --app app:app"),
+        ("/srv/my api/app.py:app", " (cd '/srv/my api'), with --app app:app"),
     ],
 )
 def test_an_app_named_by_its_file_is_refused_with_its_module_name(
@@ -726,7 +731,7 @@ def test_an_app_named_by_its_file_is_refused_with_its_module_name(
         main(["bench", "--app", spec, "--request", "GET /"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"not a file path ({spec!r}): run from the folder that holds it, with {hint}" in err, err
+    assert f"not a file path ({spec!r}): run from the folder that holds it{hint}" in err, err
 
 
 @pytest.mark.slow
