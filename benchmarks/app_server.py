@@ -47,7 +47,8 @@ def load_app(spec: str) -> Starlette:
     """The app named ``MODULE:ATTR`` (``ATTR`` may be dotted); ``AppRefused`` saying what is wrong.
 
     Whatever the module raises while imported (one of its own imports missing, a ``ValueError``
-    of its own, a second ``instrument()``) propagates as it is: its traceback is the user's to read."""
+    of its own, a second ``instrument()``) propagates as it is: the bench says its exception and
+    the line of the user's code it came from."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise AppRefused(f"--app takes MODULE:ATTR (as uvicorn does), not {spec!r}")

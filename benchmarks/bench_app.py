@@ -91,7 +91,7 @@ _ON: Final = "on"
 
 #: The exit status of a server (``app_server``) whose ``--app`` cannot be served as asked (no such
 #: module or attribute, not an app, not instrumented): its last stderr line says why.
-#: Not 1 or 3, which uvicorn exits with (3: the app's startup failed, whose traceback is shown).
+#: Not 1 or 3, which uvicorn exits with (3: the app's startup failed; its exception is said, ``_raised``).
 REFUSED: Final = 64
 
 
@@ -316,6 +316,14 @@ def _not_started(bench: AppBench, variant: str, server: _Server, startup_ran: bo
     code = server.proc.poll()
     if code == REFUSED and tail:
         return BenchAppError(tail[-1])  # why, in one line (no such module, not an app, ...)
+    if code is not None and (raised := _raised(server.log, bench.project)):
+        # A traceback's last 12 lines, cut mid-frame, ended in uvicorn's "Application startup
+        # failed. Exiting.": the cause, and where in the user's code, is one line.
+        when = "its startup (lifespan) raised" if code == 3 else f"it exited ({code}), raising"
+        return BenchAppError(
+            f"the {variant} server of {bench.app} did not start: {when} {raised}: fix that, or run "
+            f"uvicorn {bench.app} from here to see its whole traceback"
+        )
     if code is not None:
         how = f"did not start: it exited ({code}) before it listened"
     elif startup_ran:
@@ -324,6 +332,30 @@ def _not_started(bench: AppBench, variant: str, server: _Server, startup_ran: bo
         how = f"did not start within {START_TIMEOUT:g} s: its startup (lifespan) did not finish"
     said = ":\n" + "\n".join(tail) if tail else ", printing nothing"
     return BenchAppError(f"the {variant} server of {bench.app} {how}{said}")
+
+
+#: A traceback's frame line, as Python prints it.
+_FRAME: Final = re.compile(r'  File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _raised(log: Path, project: Path) -> str:
+    """The last traceback in ``log`` as ``"Type: message (file, line N)"``, the frame the deepest
+    one in ``project`` (else the deepest of all); ``""`` when the log holds none."""
+    lines = log.read_text(errors="replace").splitlines()
+    # uvicorn logs a startup's as "ERROR:    Traceback (most recent call last):".
+    starts = [i for i, line in enumerate(lines) if line.endswith("Traceback (most recent call last):")]
+    if not starts:
+        return ""
+    frames: list[tuple[str, str]] = []
+    for line in lines[starts[-1] + 1 :]:
+        if frame := _FRAME.match(line):
+            frames.append((frame["file"], frame["line"]))
+        elif line and not line[0].isspace():
+            ours = [f for f in frames if Path(f[0]).resolve().is_relative_to(project.resolve())]
+            where = (ours or frames or [("", "")])[-1]
+            at = f" ({Path(where[0]).name}, line {where[1]})" if where[0] else ""
+            return " ".join(line.split())[:300] + at
+    return ""
 
 
 def _drive(bench: AppBench, variant: str, server: _Server, seconds: int) -> Load:

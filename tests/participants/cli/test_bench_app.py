@@ -834,3 +834,38 @@ def test_a_route_that_emits_no_event_has_no_ratio(tmp_path: Path) -> None:
     )
     assert rows == {**rows, f"on / off (--sinks jsonl): not measured, {why}": None}
     assert figures["ratio_on_off"] == {"not_measured": why}
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            "from contextlib import asynccontextmanager\n"
+            "from fastapi import FastAPI\n"
+            "from ckpt_events.participants.fastapi import instrument\n\n"
+            "@asynccontextmanager\n"
+            "async def lifespan(app):\n"
+            "    raise RuntimeError('database unreachable')\n"
+            "    yield\n\n"
+            "app = FastAPI(lifespan=lifespan)\n"
+            "instrument(app, kind='judge', instance='judge-0')\n",
+            "its startup (lifespan) raised RuntimeError: database unreachable (routes.py, line 7)",
+        ),
+        (
+            "import json\nCONFIG = json.loads('{oops')\n",
+            "it exited (1), raising json.decoder.JSONDecodeError: Expecting property name enclosed in "
+            "double quotes: line 1 column 2 (char 1) (routes.py, line 2)",
+        ),
+    ],
+)
+def test_a_server_that_raises_before_it_listens_is_one_line(
+    source: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A startup that raised was the last 12 lines of the server's log, a traceback cut
+    mid-frame ending in uvicorn's "Application startup failed. Exiting.": now one line, the
+    exception and the line of the user's own file it came from."""
+    error = _first_request(tmp_path, "GET /x", monkeypatch, source)
+    assert str(error) == (
+        f"the off server of routes:app did not start: {message}: fix that, or run uvicorn routes:app "
+        "from here to see its whole traceback"
+    )
