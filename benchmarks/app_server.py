@@ -115,6 +115,16 @@ def _reporting(app: Starlette, state_file: Path, state: dict[str, Any]) -> None:
     app.router.lifespan_context = lifespan
 
 
+def _refused(why: str) -> int:
+    """Say ``why`` as the log's last line (the bench reads it), and exit ``REFUSED``."""
+    # What the app printed while imported, held in stdout's buffer (a file's, unless
+    # PYTHONUNBUFFERED), was written at exit after this line: "ckpt-events bench: connecting
+    # to db..." was said for why.
+    sys.stdout.flush()
+    print(why, file=sys.stderr)
+    return REFUSED
+
+
 def main(argv: list[str]) -> int:
     spec, port, state_file = argv[0], int(argv[1]), Path(argv[2])
     state: dict[str, Any] = {"pid": os.getpid()}
@@ -123,17 +133,14 @@ def main(argv: list[str]) -> int:
     try:
         app = load_app(spec)
     except AppRefused as exc:
-        print(exc, file=sys.stderr)
-        return REFUSED
+        return _refused(str(exc))
     try:
         _reporting(app, state_file, state)
     except ConfigurationError:
-        print(
+        return _refused(
             f"--app {spec} is not instrumented: call ckpt_events.participants.fastapi.instrument(app, ...) "
-            "where the app is made (docs/fastapi.md)",
-            file=sys.stderr,
+            "where the app is made (docs/fastapi.md)"
         )
-        return REFUSED
     # Bound here, before the startup writes the state file that names the port: the bench then
     # never reaches another process (it chose a free port, which another could take before
     # uvicorn bound it, after the startup; the first request and the warm-up went there).
@@ -144,8 +151,7 @@ def main(argv: list[str]) -> int:
         sock.bind(("127.0.0.1", port))
     except OSError as exc:
         sock.close()
-        print(f"the bench's server cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
-        return REFUSED
+        return _refused(f"the bench's server cannot listen on 127.0.0.1:{port}: {exc.strerror}")
     state["port"] = sock.getsockname()[1]
     config = uvicorn.Config(
         app,

@@ -869,3 +869,15 @@ def test_a_server_that_raises_before_it_listens_is_one_line(
         f"the off server of routes:app did not start: {message}: fix that, or run uvicorn routes:app "
         "from here to see its whole traceback"
     )
+
+
+def test_what_the_app_printed_is_not_taken_for_why_it_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's stdout and stderr go to one log, whose last line says why it was refused:
+    what the app printed while imported sat in stdout's buffer (outside PYTHONUNBUFFERED) and
+    came last, and the bench said "connecting to db..." for why."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    source = "print('connecting to db...')\nfrom fastapi import FastAPI\napp = FastAPI()\n"
+    error = _first_request(tmp_path, "GET /x", monkeypatch, source)
+    assert str(error).startswith("--app routes:app is not instrumented: call "), error
