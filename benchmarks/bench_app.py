@@ -434,7 +434,8 @@ def _enough_cpu(variant: str, seconds: float, load: Load) -> None:
     if ticks < MIN_CPU_TICKS:
         raise BenchAppError(
             f"too little CPU to measure per request: the {variant} server used {seconds:.2f} s over a "
-            f"round ({ticks} clock ticks of {tick * 1e3:g} ms, {load.requests:,} requests; at least "
+            f"round ({ticks} clock tick{'' if ticks == 1 else 's'} of {tick * 1e3:g} ms, "
+            f"{load.requests:,} requests; at least "
             f"{MIN_CPU_TICKS} ticks are needed): use a longer --duration, or more --connections"
         )
 
