@@ -20,13 +20,14 @@ from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.perfetto import trace_events
 from ckpt_events.sinks import read_events
 from ckpt_events.vocab import Kind, Operation
-from tests.participants.cli.report.test_own_server_queued import _CALLER, _HELD, _serve
+from tests.participants.cli.report.own_server import CALLER
+from tests.participants.cli.report.test_own_server_queued import _HELD, _serve
 from tests.participants.cli.report.test_perfetto import _nested, _strict_json
 
 MS = 1_000_000
 
 
-@pytest.mark.parametrize("headers", [{}, {"traceparent": _CALLER}], ids=["root", "caller-not-in-logs"])
+@pytest.mark.parametrize("headers", [{}, {"traceparent": CALLER}], ids=["root", "caller-not-in-logs"])
 def test_a_request_held_by_a_slow_middleware_shows_its_wait_in_the_perfetto_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], headers: dict[str, str]
 ) -> None:
