@@ -40,6 +40,7 @@ from ckpt_events import (
     StageFinished,
     StepFinished,
 )
+from ckpt_events.participants.cli.report.cancels import ended
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
     PointEvent,
@@ -388,7 +389,7 @@ def _error(e: FinishedSpan, t: int) -> SpanError:
     name = _error_name(e)
     message = e.error_message or ""
     what = message if name == _REFUSAL and message else f"{name}: {message}" if message else name
-    said = f"{what_of(e)} failed on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
+    said = f"{what_of(e)} {ended(name)} on {who_wrote(e)} ({clipped(what, _MESSAGE)})"
     members = read_failures((e.attributes or {}).get(FAILURES_ATTRIBUTE))
     step = e.step if isinstance(e, StepFinished) else None
     return SpanError(
@@ -493,7 +494,7 @@ def _span_causes(traces: Sequence[TraceCauses]) -> tuple[list[tuple[int, str]], 
         for error in trace.errors:
             if error.span_id in steps_of:
                 steps = ", ".join(dict.fromkeys(steps_of[error.span_id]))
-                what = f"{error.operation} failed on {error.who} at step {steps}"
+                what = f"{error.operation} {ended(error.error_name)} on {error.who} at step {steps}"
                 timed.append((error.time_ns, f"{what} ({clipped(error.error, _MESSAGE)})"))
                 continue
             if error.span_id in merged:

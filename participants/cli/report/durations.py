@@ -19,6 +19,7 @@ from ckpt_events import (
     StageFinished,
     StepFinished,
 )
+from ckpt_events.participants.cli.report.cancels import is_cancelled
 from ckpt_events.participants.cli.report.events import FinishedSpan, duration_ns
 from ckpt_events.vocab import Outcome
 
@@ -41,6 +42,8 @@ class Durations:
     #: Failed spans per key (``outcome`` error); their durations say how soon they failed, not
     #: how long the work takes, so they are counted, never timed.
     failed: dict[Key, int] = field(default_factory=dict)
+    #: Of ``failed``, those cancelled (``cancels.is_cancelled``): a stop cut them.
+    cancelled: dict[Key, int] = field(default_factory=dict)
     #: Ok spans of unknown duration per key (their process's clock went back during them):
     #: counted, never timed.
     unknown: dict[Key, int] = field(default_factory=dict)
@@ -81,6 +84,8 @@ class DurationsFold:
         out = self._out
         if e.outcome != Outcome.OK:
             out.failed[key] = out.failed.get(key, 0) + 1
+            if is_cancelled(e.error_type):
+                out.cancelled[key] = out.cancelled.get(key, 0) + 1
         elif (length := duration_ns(e)) is not None:
             out.ok.setdefault(key, []).append(length / 1e6)
         else:

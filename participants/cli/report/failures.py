@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from ckpt_events.participants.cli.report.cancels import mark
 from ckpt_events.participants.cli.report.folding import error_type
 from ckpt_events.participants.cli.report.model import Span
 from ckpt_events.participants.cli.words import clipped, counted
@@ -50,10 +51,12 @@ def failure_lines(spans: Sequence[Span]) -> list[str]:
     environment/env-0, ... and 13 more)``; ``[]`` when no failed span holds a message."""
     # Dicts as ordered sets: a list's ``in`` made one message of 40,000 participants 7.0 s.
     seen: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+    marks: dict[str, str] = {}  # ``✗``, or ``⊘`` for a cancellation (its type's name starts ``text``)
     for s in spans:
         text = said(s)
         if text is None:
             continue
+        marks.setdefault(text, mark(error_type(s)))
         names, whos = seen.setdefault(text, ({}, {}))
         names.setdefault(s.short)
         whos.setdefault(s.who)
@@ -66,7 +69,7 @@ def failure_lines(spans: Sequence[Span]) -> list[str]:
         where = ", ".join(by[:_WHO_SHOWN])
         if len(by) > _WHO_SHOWN:
             where = f"{counted(len(by), 'participant')}: {where} and {len(by) - _WHO_SHOWN:,} more"
-        lines.append(f"✗ {text} ({', '.join(names)} of {where})")
+        lines.append(f"{marks[text]} {text} ({', '.join(names)} of {where})")
     if len(seen) > _LINES:
         lines.append(f"... and {counted(len(seen) - _LINES, 'more distinct failure')}")
     return lines

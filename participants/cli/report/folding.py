@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ckpt_events.participants.cli.report.cancels import is_cancelled
 from ckpt_events.participants.cli.report.model import Span
 
 __all__ = ["FAILED_DRAWN", "FOLD_AT", "Folded", "Row", "error_type", "waterfall_rows"]
@@ -39,12 +40,17 @@ class Folded:
     end_ns: int
     median_ms: float
     max_ms: float
-    #: The calls not drawn that failed (their own span or one of their steps).
+    #: The calls not drawn that failed (their own span or one of their steps), but not those
+    #: whose every failed span was cancelled (``cancels.is_cancelled``): those are ``cancelled``.
     errors: int
     #: Failed calls of the group drawn above (``FAILED_DRAWN``): ``errors`` are the more.
     errors_drawn: int = 0
     #: The calls not drawn, by span id (their subtrees hidden with them).
     span_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
+    #: The calls not drawn that were cancelled (their span or a step), and failed no other way.
+    cancelled: int = 0
+    #: Cancelled calls of the group drawn above: ``cancelled`` are the more.
+    cancelled_drawn: int = 0
 
     @property
     def label(self) -> str:
@@ -53,14 +59,21 @@ class Folded:
 
     @property
     def summary(self) -> str:
-        """``median 5.2 ms, longest 8.9 ms`` (and the errors among them, if any)."""
+        """``median 5.2 ms, longest 8.9 ms`` (and the errors and cancellations among them, if any)."""
         said = f"median {self.median_ms:.1f} ms, longest {self.max_ms:.1f} ms"
-        return said + (f", {self.failed}" if self.errors else "")
+        return said + (f", {self.failed}" if self.errors or self.cancelled else "")
 
     @property
     def failed(self) -> str:
-        """``2 failed``, or ``5 more failed`` when some of the group's failed calls are drawn."""
-        return f"{self.errors:,} more failed" if self.errors_drawn else f"{self.errors:,} failed"
+        """``2 failed``, or ``5 more failed`` when some of the group's failed calls are drawn;
+        ``1 cancelled`` (``1 more cancelled``) apart, after them."""
+        said = []
+        if self.errors:
+            said.append(f"{self.errors:,} more failed" if self.errors_drawn else f"{self.errors:,} failed")
+        if self.cancelled:
+            more = "more " if self.cancelled_drawn else ""
+            said.append(f"{self.cancelled:,} {more}cancelled")
+        return ", ".join(said)
 
 
 def error_type(s: Span) -> str | None:
@@ -94,29 +107,37 @@ def waterfall_rows(spans: Sequence[Span], critical: Collection[int] = ()) -> lis
         children.setdefault(parent, []).append(s)
         if parent is not None:
             parent_of[s.span_id] = parent
-    # A call failed when its span or a span under it did (an ok prepare whose step failed).
+    # A call failed when its span or a span under it did (an ok prepare whose step failed);
+    # it was cancelled when each of those was cancelled, and failed otherwise.
     failed: set[int] = set()
+    not_cancelled: set[int] = set()
     for s in spans:
-        if s.error:
+        if not s.error:
+            continue
+        for marked in [failed] if is_cancelled(error_type(s)) else [failed, not_cancelled]:
             at: int | None = s.span_id
-            while at is not None and at not in failed and len(failed) <= len(spans):
-                failed.add(at)
+            while at is not None and at not in marked and len(marked) <= len(spans):
+                marked.add(at)
                 at = parent_of.get(at)
+    cancelled = failed - not_cancelled
     out: list[Row] = []
     # Depth-first with an explicit stack, children in start order; a Folded row is pushed right
     # after the last call kept from its group, so it follows that call's subtree.
-    stack: list[Row] = list(reversed(_level(children.get(None, []), critical, failed)))
+    stack: list[Row] = list(reversed(_level(children.get(None, []), critical, failed, cancelled)))
     while stack and len(out) <= 2 * len(spans):
         row = stack.pop()
         out.append(row)
         if isinstance(row, Span):
-            stack.extend(reversed(_level(children.get(row.span_id, []), critical, failed)))
+            stack.extend(reversed(_level(children.get(row.span_id, []), critical, failed, cancelled)))
     return out
 
 
-def _level(siblings: list[Span], critical: Collection[int], failed: Collection[int]) -> list[Row]:
+def _level(
+    siblings: list[Span], critical: Collection[int], failed: Collection[int], cancelled: Collection[int]
+) -> list[Row]:
     """One parent's children in start order, large groups folded (``failed``: the span ids of
-    failed calls and of the spans above a failed one)."""
+    failed calls and of the spans above a failed one; ``cancelled``: those of them that only
+    a cancellation failed)."""
     ordered = sorted(siblings, key=lambda s: (s.start_ns, -s.end_ns))
     groups: dict[tuple[str, str], list[Span]] = {}
     for s in ordered:
@@ -147,9 +168,11 @@ def _level(siblings: list[Span], critical: Collection[int], failed: Collection[i
             end_ns=max(s.end_ns for s in rest),
             median_ms=statistics.median(s.ms for s in rest),
             max_ms=max(s.ms for s in rest),
-            errors=sum(s.span_id in failed for s in rest),
-            errors_drawn=sum(k.span_id in failed for k in keep),
+            errors=sum(s.span_id in failed and s.span_id not in cancelled for s in rest),
+            errors_drawn=sum(k.span_id in failed and k.span_id not in cancelled for k in keep),
             span_ids=frozenset(s.span_id for s in rest),
+            cancelled=sum(s.span_id in cancelled for s in rest),
+            cancelled_drawn=sum(k.span_id in cancelled for k in keep),
         )
     out: list[Row] = []
     for s in ordered:

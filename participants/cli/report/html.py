@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.attribution import Attribution, attribute
+from ckpt_events.participants.cli.report.cancels import mark
 from ckpt_events.participants.cli.report.failures import failure_lines, said
 from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
@@ -33,7 +34,12 @@ from ckpt_events.participants.cli.report.model import (
     trace_spans,
 )
 from ckpt_events.participants.cli.report.named import earlier_said, heading_said, named_line
-from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
+from ckpt_events.participants.cli.report.operations import (
+    OperationRow,
+    counted_figures,
+    operation_columns,
+    unknown_line,
+)
 from ckpt_events.participants.cli.report.paths import Section, critical_path, on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
 from ckpt_events.participants.cli.report.timeline import (
@@ -81,7 +87,7 @@ def _label(s: Span) -> str:
     label = f"{s.short}  {s.who}" if s.participant else s.short
     # A failed span says how: a wide fleet's failure is drawn, never only counted (``folding``).
     failed = error_type(s)
-    return label if failed is None else f"{label} ✗ {failed}"
+    return label if failed is None else f"{label} {mark(failed)} {failed}"
 
 
 #: A generous width of one character of the labels (12 px system-ui, bold), to cut a label
@@ -198,7 +204,8 @@ def _span_row(
     why = "" if s.known else " (its clock went back during it)"
     # A failed span's tooltip says why too: its exception's type and message, clipped.
     failed = said(s)
-    tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}" + ("" if failed is None else f" ✗ {failed}"))
+    marked = "" if failed is None else f" {mark(error_type(s))} {failed}"
+    tip = escape_html(f"{s.name} {s.who}: {ms} ms{why}{marked}")
     out.append(
         f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
         f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
@@ -440,8 +447,9 @@ def _table_html(rows: list[Breakdown]) -> str:
 def _operations_html(rows: list[OperationRow]) -> str:
     """The per-operation table (``OperationRow``), as the terminal's: ``-`` where no ok span
     gives a figure."""
+    counted_columns = operation_columns(rows)
     head = "".join(
-        f"<th>{c}</th>" for c in ("kind", "operation", "step", "n", "errors", "p50 ms", "p95 ms", "max ms")
+        f"<th>{c}</th>" for c in ("kind", "operation", "step", *counted_columns, "p50 ms", "p95 ms", "max ms")
     )
     body = []
     for r in rows:
@@ -450,7 +458,8 @@ def _operations_html(rows: list[OperationRow]) -> str:
             f"<td>{'-' if ms is None else milliseconds(ms).removesuffix(' ms')}</td>"
             for ms in (r.p50_ms, r.p95_ms, r.max_ms)
         )
-        body.append(f"<tr>{names}<td>{r.count:,}</td><td>{r.errors:,}</td>{figures}</tr>")
+        figured = "".join(f"<td>{c}</td>" for c in counted_figures(r, counted_columns))
+        body.append(f"<tr>{names}{figured}{figures}</tr>")
     rows_html = "\n".join(body)
     page = f'<div class="wrap"><table id="operations"><tr>{head}</tr>\n{rows_html}</table></div>'
     if (unknown := unknown_line(rows)) is not None:

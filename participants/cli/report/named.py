@@ -14,6 +14,7 @@ from typing import Final
 
 from ckpt_events import CheckpointEvent, Event, OperationStarted, SpanEvent
 from ckpt_events.participants.cli.report.attribution import attribute, naming_root
+from ckpt_events.participants.cli.report.cancels import mark
 from ckpt_events.participants.cli.report.folding import error_type
 from ckpt_events.participants.cli.report.model import Span, trace_spans
 from ckpt_events.participants.cli.text import short_id
@@ -96,7 +97,7 @@ def named_line(events: Sequence[Event]) -> NamedLine:
     root = naming_root(roots)
     operation = root.short
     failed = error_type(root)
-    outcome = "ok" if failed is None else f"✗ {failed}"
+    outcome = "ok" if failed is None else f"{mark(failed)} {failed}"
     who = f" {root.who.split('/', 1)[-1]}" if root.participant else ""
     attribution = attribute(spans)
     figures = "" if attribution is None else attribution.line()

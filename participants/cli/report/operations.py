@@ -1,5 +1,6 @@
 """The per-operation table of a participant's own operations: one row per (kind, operation,
-step), with how many ran, how many failed, and the p50, p95 and max of the ok ones.
+step), with how many ran, how many failed (and were cancelled, apart), and the p50, p95 and
+max of the ok ones.
 
 What a user's own server (the README's quickstart: no controller) needs from its log: the
 per-participant breakdown sums every request ("commit 293.2" is ten commits added together),
@@ -9,6 +10,7 @@ the two commands agree on every figure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -16,7 +18,15 @@ from ckpt_events.participants.cli.report.durations import Durations, median, per
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import Kind
 
-__all__ = ["FAILED_SHOWN", "ROWS_SHOWN", "OperationRow", "operation_rows", "unknown_line"]
+__all__ = [
+    "FAILED_SHOWN",
+    "ROWS_SHOWN",
+    "OperationRow",
+    "counted_figures",
+    "operation_columns",
+    "operation_rows",
+    "unknown_line",
+]
 
 #: Rows the table shows: every operation's, then the slowest steps (by max); the rest are
 #: summed in one ``+N more steps`` row (a step named per rollout id made 20,000 rows).
@@ -34,7 +44,8 @@ class OperationRow:
     step: str
     #: Every finished span of the key: ok, failed, and of unknown duration.
     count: int
-    #: Spans that ended in error: counted, never timed (how soon a commit failed is no commit's time).
+    #: Spans that ended in error, the cancelled ones apart: counted, never timed (how soon a
+    #: commit failed is no commit's time).
     errors: int
     #: Ok spans whose duration is unknown (their process's clock went back during them).
     unknown: int
@@ -43,6 +54,8 @@ class OperationRow:
     p50_ms: float | None
     p95_ms: float | None
     max_ms: float | None
+    #: Spans that were cancelled (``cancels.is_cancelled``): counted apart from ``errors``.
+    cancelled: int = 0
 
 
 def operation_rows(found: Durations) -> list[OperationRow]:
@@ -53,13 +66,15 @@ def operation_rows(found: Durations) -> list[OperationRow]:
     ours = (k for k in keys if k[0] != Kind.CONTROLLER)
     for key in sorted(ours, key=lambda k: (k[0], k[1], k[2] != "", k[2])):
         ok = found.ok.get(key, [])
-        errors = found.failed.get(key, 0)
+        failed = found.failed.get(key, 0)
+        cancelled = found.cancelled.get(key, 0)
         unknown = found.unknown.get(key, 0)
         rows.append(
             OperationRow(
                 *key,
-                count=len(ok) + errors + unknown,
-                errors=errors,
+                count=len(ok) + failed + unknown,
+                errors=failed - cancelled,
+                cancelled=cancelled,
                 unknown=unknown,
                 p50_ms=median(ok) if ok else None,
                 p95_ms=percentile(ok, 0.95) if ok else None,
@@ -82,7 +97,7 @@ def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
     )
     keep = {id(r) for r in rows if not r.step}
     # A step that failed keeps its row (the first ``FAILED_SHOWN``), never only a count.
-    keep.update(id(r) for r in [r for r in rows if r.step and r.errors][:FAILED_SHOWN])
+    keep.update(id(r) for r in [r for r in rows if r.step and (r.errors or r.cancelled)][:FAILED_SHOWN])
     keep.update(id(r) for r in [r for r in steps if id(r) not in keep][: max(0, shown - len(keep))])
     rest = [r for r in rows if id(r) not in keep]
     if len(rest) < 2:  # ``+1 more steps`` would take the one row's place and hide its name
@@ -98,8 +113,20 @@ def _folded(rows: list[OperationRow], shown: int) -> list[OperationRow]:
         p50_ms=None,
         p95_ms=None,
         max_ms=max(maxes) if maxes else None,
+        cancelled=sum(r.cancelled for r in rest),
     )
     return [r for r in rows if id(r) in keep] + [more]
+
+
+def operation_columns(rows: Sequence[OperationRow]) -> tuple[str, ...]:
+    """The counted columns of the table: ``n``, ``errors``, and ``cancelled`` when a row has one."""
+    return ("n", "errors", "cancelled") if any(r.cancelled for r in rows) else ("n", "errors")
+
+
+def counted_figures(row: OperationRow, columns: Sequence[str]) -> list[str]:
+    """``row``'s figures of ``columns`` (``operation_columns``), as the table shows them."""
+    by = {"n": row.count, "errors": row.errors, "cancelled": row.cancelled}
+    return [f"{by[c]:,}" for c in columns]
 
 
 def unknown_line(rows: list[OperationRow]) -> str | None:

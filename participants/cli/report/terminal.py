@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.attribution import Attribution, attribute
+from ckpt_events.participants.cli.report.cancels import mark
 from ckpt_events.participants.cli.report.failures import failure_lines
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
@@ -28,7 +29,12 @@ from ckpt_events.participants.cli.report.model import (
     trace_spans,
 )
 from ckpt_events.participants.cli.report.named import checkpoint_of, earlier_said, heading_said, named_line
-from ckpt_events.participants.cli.report.operations import OperationRow, unknown_line
+from ckpt_events.participants.cli.report.operations import (
+    OperationRow,
+    counted_figures,
+    operation_columns,
+    unknown_line,
+)
 from ckpt_events.participants.cli.report.paths import on_critical_path
 from ckpt_events.participants.cli.report.stall_blame import WAITING
 from ckpt_events.participants.cli.report.timeline import (
@@ -141,7 +147,8 @@ def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:
     )
     for column in ("kind", "operation", "step"):
         table.add_column(column, overflow="fold")
-    for column in ("n", "errors", "p50", "p95", "max"):
+    counted_columns = operation_columns(rows)
+    for column in (*counted_columns, "p50", "p95", "max"):
         table.add_column(column, justify="right", overflow="fold")
     for row in rows:
         # A key whose every span failed has no duration to show: "-", never a made-up 0.
@@ -150,8 +157,7 @@ def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:
             Text(escape(row.kind)),
             Text(escape(row.operation)),
             Text(escape(row.step)),
-            f"{row.count:,}",
-            f"{row.errors:,}",
+            *counted_figures(row, counted_columns),
             *figures,
         )
     console.print(table)
@@ -273,7 +279,7 @@ def render_waterfall(
             _paint(bar, "─", start, end)
             bar.stylize(colour_of(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
-            if row.errors:  # the failed calls past those drawn, counted in red
+            if row.errors or row.cancelled:  # the failed calls past those drawn, counted in red
                 name.append(f", {row.failed}", style="red")
             table.add_row(name, Text(f"≤{_figure(row.max_ms)}", style="dim"), bar)
             continue
@@ -309,7 +315,7 @@ def _label(row: Row) -> str:
     label = f"{row.short} {row.who.split('/', 1)[-1]}" if row.participant else row.short
     # A failed span says how: a wide fleet's failure is drawn, never only counted (``folding``).
     failed = error_type(row)
-    return escape(label if failed is None else f"{label} ✗ {failed}")
+    return escape(label if failed is None else f"{label} {mark(failed)} {failed}")
 
 
 def _paint(bar: Text, char: str, start: int, end: int) -> None:

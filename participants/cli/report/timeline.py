@@ -26,6 +26,7 @@ from ckpt_events import (
     Stalled,
     StepFinished,
 )
+from ckpt_events.participants.cli.report.cancels import is_cancelled
 from ckpt_events.participants.cli.report.events import duration_ns
 from ckpt_events.participants.cli.report.model import Span, checkpoint_and_restore, trace_spans
 from ckpt_events.participants.cli.report.stall_blame import WAITING, StallBlame
@@ -96,9 +97,13 @@ class Breakdown:
     #: 0 (a user's server that never sets them read "bytes written 0").
     records: int | None = None
     bytes: int | None = None
+    #: Its failed operations and steps, the cancelled ones apart (``cancels.is_cancelled``).
     errors: int = 0
-    #: The exception types of its failed operations and steps (``error`` where none was said).
+    #: The exception types of its failed operations and steps (``error`` where none was said),
+    #: the cancelled ones' too.
     error_types: set[str] = field(default_factory=set)
+    #: Its cancelled operations and steps: a stop of its server cut them, not a failure of theirs.
+    cancelled: int = 0
     #: Failed participants of a ``per_kind`` row not listed under it (past ``FAILED_LISTED``).
     errors_unlisted: int = 0
     #: The worker process of a multi-worker participant (its row sits under the participant's).
@@ -112,16 +117,21 @@ class Breakdown:
     @property
     def errors_said(self) -> str:
         """`` (1 error: RuntimeError)``, `` (12 errors; 4 failed participants not listed)`` on a folded
-        kind's row, or ``""`` without errors: the words after the participant's name."""
-        if not self.errors:
+        kind's row, `` (1 cancelled: asyncio.exceptions.CancelledError)`` (apart from the errors:
+        ``1 error: KeyError, 1 cancelled: ...``), or ``""`` without either: the words after the
+        participant's name."""
+        if not self.errors and not self.cancelled:
             return ""
-        types = f": {', '.join(sorted(self.error_types))}" if self.error_types and not self.folded else ""
-        unlisted = (
-            f"; {counted(self.errors_unlisted, 'failed participant')} not listed"
-            if self.errors_unlisted
-            else ""
-        )
-        return f" ({counted(self.errors, 'error')}{types}{unlisted})"
+        said = []
+        for count, word, cancelled in ((self.errors, "error", False), (self.cancelled, "cancelled", True)):
+            if not count:
+                continue
+            named = sorted(t for t in self.error_types if is_cancelled(t) == cancelled)
+            types = f": {', '.join(named)}" if named and not self.folded else ""
+            said.append(f"{count:,} {word}{types}" if cancelled else f"{counted(count, word)}{types}")
+        who = "failed participant" if not self.cancelled else "participant with errors or cancellations"
+        unlisted = f"; {counted(self.errors_unlisted, who)} not listed" if self.errors_unlisted else ""
+        return f" ({', '.join(said)}{unlisted})"
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
@@ -148,7 +158,9 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                 under = failed_under.pop((event.trace_id, event.span_id), None)
                 if event.outcome == Outcome.ERROR:
                     error_type = event.error_type or "error"
-                    if under is None or error_type not in under:
+                    if (under is None or error_type not in under) and is_cancelled(error_type):
+                        row.cancelled += 1
+                    elif under is None or error_type not in under:
                         row.errors += 1
                     row.error_types.add(error_type)
                     if isinstance(event, StepFinished) and event.parent_span_id is not None:
@@ -228,7 +240,7 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
         for column in unknown:
             ms.pop(column, None)
         instances = len({row.instance for row in members})
-        failed = list(dict.fromkeys(row.instance for row in members if row.errors))
+        failed = list(dict.fromkeys(row.instance for row in members if row.errors or row.cancelled))
         listed = set(failed[:FAILED_LISTED])
         out.append(
             Breakdown(
@@ -239,6 +251,7 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 known_sum(r.bytes for r in members),
                 sum(r.errors for r in members),
                 unknown=unknown,
+                cancelled=sum(r.cancelled for r in members),
                 folded=instances,
                 errors_unlisted=len(failed) - len(listed),
             )

@@ -598,7 +598,7 @@ def test_a_controller_error_before_the_failure_below_it_is_the_cause() -> None:
     causes.span_failed(resumed, 60)
     said, aborted = causes_of([causes], [])
     assert said == [
-        "prepare stage environment failed on controller (CancelledError: Cancelled via cancel scope 7f; "
+        "prepare stage environment cancelled on controller (CancelledError: Cancelled via cancel scope 7f; "
         "reason: deadline exceeded)",
         "prepare failed on environment/environment-0 (stale_checkpoint: checkpoint c1 was resumed "
         "while preparing)",
