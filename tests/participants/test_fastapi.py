@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import re
 import signal
-import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +17,6 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from anyio.streams.text import TextReceiveStream
 from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -48,6 +44,7 @@ from ckpt_events.participants.fastapi.lifespan import _CLOSE_GRACE_S as CLOSE_GR
 from ckpt_events.sinks import read_events
 from ckpt_events.testing import CLOCK_START_NS, EventCapture, MemorySink
 from tests.loop_gaps import ticking
+from tests.participants.asgi_servers import asgi_server
 from tests.participants.helpers import spoken_websocket
 from tests.sinks.test_hostile_collector import Hostile
 
@@ -1145,29 +1142,13 @@ async def test_a_user_app_under_uvicorn_logs_its_operations(tmp_path: Path) -> N
     JSON-lines log holds the operation, in the caller's trace, with its arrival; SIGTERM drains it."""
     (tmp_path / "user_app.py").write_text(_docstring_example())
     log = tmp_path / "events.jsonl"  # the example's jsonl_path, relative to its directory
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
-    command = [sys.executable, "-m", "uvicorn", "user_app:app", "--app-dir", str(tmp_path)]
-    command += ["--host", "127.0.0.1", "--port", "0"]
-    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
-        assert process.stderr is not None
-        output = ""
-        try:
-            with anyio.fail_after(30):
-                async for chunk in TextReceiveStream(process.stderr):
-                    output += chunk
-                    if found := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", output):
-                        break
-            assert found, output
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found[1]}") as client:
-                before = time.time_ns()
-                reply = await client.post("/checkpoint/c-e2e", headers={"traceparent": TRACEPARENT})
-            assert reply.status_code == 200, reply.text
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(30):
-                await process.wait()
+    async with asgi_server("uvicorn", "user_app:app", tmp_path) as served:
+        async with httpx.AsyncClient(base_url=served.url) as client:
+            before = time.time_ns()
+            reply = await client.post("/checkpoint/c-e2e", headers={"traceparent": TRACEPARENT})
+        assert reply.status_code == 200, reply.text
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
-    assert process.returncode in (0, -signal.SIGTERM)
+    assert served.process.returncode in (0, -signal.SIGTERM)
     events = [event for _, event in read_events(log)]
     (finished,) = [e for e in events if isinstance(e, OperationFinished)]
     assert (finished.kind, finished.instance, finished.checkpoint_id) == ("rollout", "rollout-0", "c-e2e")

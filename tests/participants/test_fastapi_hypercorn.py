@@ -3,20 +3,17 @@ graceful shutdown with requests in flight, and a stream whose client left."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import sys
 import textwrap
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-from anyio.streams.text import TextReceiveStream
 
 from ckpt_events import OperationFinished, OperationStarted
 from ckpt_events.sinks import read_events
+from tests.participants.asgi_servers import asgi_server
 
 pytest.importorskip("hypercorn", reason="hypercorn is not installed (pip install -e '.[dev]')")
 
@@ -58,41 +55,25 @@ async def test_hypercorn_drains_requests_in_flight_at_shutdown_and_ends_a_left_s
     ends its operation then (was: 3.6 s later, when the garbage collector closed the generator),
     and the three requests in flight at SIGTERM are answered and their operations logged."""
     (tmp_path / "user_app.py").write_text(textwrap.dedent(APP))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
-    command = [sys.executable, "-m", "hypercorn", "user_app:app", "--bind", "127.0.0.1:0"]
     replies: list[int] = []
-    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
-        assert process.stderr is not None
-        output = ""
-        try:
-            with anyio.fail_after(30):
-                async for chunk in TextReceiveStream(process.stderr):
-                    output += chunk
-                    if found := re.search(r"Running on http://127\.0\.0\.1:(\d+)", output):
-                        break
-            assert found, output
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found[1]}", timeout=10) as client:
-                async with client.stream("GET", "/stream") as reply:
-                    got = 0
-                    async for data in reply.aiter_bytes():
-                        got += len(data)
-                        if got >= 4 * 65536:
-                            break  # the client leaves
+    async with asgi_server("hypercorn", "user_app:app", tmp_path) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            async with client.stream("GET", "/stream") as reply:
+                got = 0
+                async for data in reply.aiter_bytes():
+                    got += len(data)
+                    if got >= 4 * 65536:
+                        break  # the client leaves
 
-                async def slow(checkpoint_id: str) -> None:
-                    replies.append((await client.post(f"/slow/{checkpoint_id}")).status_code)
+            async def slow(checkpoint_id: str) -> None:
+                replies.append((await client.post(f"/slow/{checkpoint_id}")).status_code)
 
-                async with anyio.create_task_group() as tg:
-                    for n in range(3):
-                        tg.start_soon(slow, f"s{n}")
-                    await anyio.sleep(0.2)  # the three are in the handler
-                    process.send_signal(signal.SIGTERM)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(30):
-                await process.wait()
-    assert process.returncode == 0
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(slow, f"s{n}")
+                await anyio.sleep(0.2)  # the three are in the handler
+                served.process.send_signal(signal.SIGTERM)
+    assert served.process.returncode == 0
     assert replies == [200, 200, 200]
     events = [event for _, event in read_events(tmp_path / "events.jsonl")]
     started = {e.span_id: e.checkpoint_id for e in events if isinstance(e, OperationStarted)}
@@ -128,27 +109,10 @@ async def test_hypercorn_logs_an_escaped_exception_redacted_and_escaped(tmp_path
     its ``user:password@``, its ``Bearer`` token redacted and its ESC escaped, as under uvicorn
     (was: all three raw on hypercorn's stderr)."""
     (tmp_path / "user_app.py").write_text(textwrap.dedent(RAISING_APP))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
-    command = [sys.executable, "-m", "hypercorn", "user_app:app", "--bind", "127.0.0.1:0"]
-    output = ""
-    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
-        assert process.stderr is not None
-        chunks = TextReceiveStream(process.stderr)
-        try:
-            with anyio.fail_after(30):
-                async for chunk in chunks:
-                    output += chunk
-                    if found := re.search(r"Running on http://127\.0\.0\.1:(\d+)", output):
-                        break
-            assert found, output
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found[1]}", timeout=10) as client:
-                failed = await client.post("/grade")
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(30):
-                async for chunk in chunks:
-                    output += chunk
-                await process.wait()
+    async with asgi_server("hypercorn", "user_app:app", tmp_path) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            failed = await client.post("/grade")
+    output = served.output
     assert failed.status_code == 500
     assert "Error in ASGI Framework" in output, output[-3000:]
     redacted = "RuntimeError: upload to https://[REDACTED]@store.example/b: Bearer [REDACTED]"

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import signal
 import sys
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
-from anyio.streams.text import TextReceiveStream
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ckpt_events.participants.fastapi import instrument
 from ckpt_events.testing import MemorySink
+from tests.participants.asgi_servers import asgi_server
 from tests.participants.helpers import AUTH, TOKEN, body
 
 pytestmark = pytest.mark.anyio
@@ -52,35 +49,17 @@ async def test_one_uvicorn_process_answers_a_failed_handler_409_and_logs_it_reda
     ``checkpoint_error``), and uvicorn's "Exception in ASGI application" traceback on its stderr
     carried both credentials verbatim."""
     (tmp_path / "participant.py").write_text(PARTICIPANT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CKPT_EVENTS_"))}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    command = [sys.executable, "-m", "uvicorn", "participant:app", "--app-dir", str(tmp_path)]
-    command += ["--host", "127.0.0.1", "--port", "0"]
-    output = ""
-    async with await anyio.open_process(command, env=env, cwd=tmp_path) as process:
-        assert process.stderr is not None
-        chunks = TextReceiveStream(process.stderr)
-        try:
-            with anyio.fail_after(30):
-                async for chunk in chunks:
-                    output += chunk
-                    if found := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", output):
-                        break
-            assert found, output
-            url = f"http://127.0.0.1:{found[1]}"
-            async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=10) as client:
-                started = await client.post("/work/start", json={"rollout_id": "r0", "steps": 2})
-                assert started.status_code == 200, started.text
-                control = "/ng-control/v1/checkpoint"
-                prepared = await client.post(f"{control}/prepare", json=body("c1"))
-                assert prepared.status_code == 200, prepared.text
-                failed = await client.post(f"{control}/commit", json=body("c1", checkpoint_dir="c1"))
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(30):
-                async for chunk in chunks:
-                    output += chunk
-                await process.wait()
+    async with asgi_server(
+        "uvicorn", "participant:app", tmp_path, {"PYTHONPATH": os.pathsep.join(sys.path)}
+    ) as served:
+        async with httpx.AsyncClient(base_url=served.url, headers=AUTH, timeout=10) as client:
+            started = await client.post("/work/start", json={"rollout_id": "r0", "steps": 2})
+            assert started.status_code == 200, started.text
+            control = "/ng-control/v1/checkpoint"
+            prepared = await client.post(f"{control}/prepare", json=body("c1"))
+            assert prepared.status_code == 200, prepared.text
+            failed = await client.post(f"{control}/commit", json=body("c1", checkpoint_dir="c1"))
+    output = served.output
     assert failed.headers["content-type"] == "application/json", failed.text
     assert failed.status_code == 409, failed.text
     assert failed.json() == {"error": {"code": "checkpoint_error", "detail": REDACTED}}
