@@ -9,7 +9,6 @@ import resource
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,10 @@ import pytest
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
 from tests.participants.cli.otlp_receiver import otlp_receiver
+from tests.participants.cli.sessions import session, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[3]
-CLI = [
-    sys.executable,
-    "-c",
-    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
-]
 TOKEN = "lifecycle-test-token"
 #: Events one prepare and its resume emit on an idle participant (each: started, finished, and
 #: the phase's own event), measured on a log with room.
@@ -47,27 +41,17 @@ def _serve(
     token = write_token_file(tmp_path / "token", TOKEN)
     port = free_port()
 
-    argv = [*prefix, *CLI, "serve", "resources", "--port", str(port), "--token-file", str(token), *options]
-    with open(tmp_path / "err", "wb") as err:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-            start_new_session=True, env={**os.environ, **env},
-        )  # fmt: skip
+    argv = ["serve", "resources", "--port", str(port), "--token-file", str(token), *options]
+    with session(argv, tmp_path, env, prefix=prefix) as proc:
         if file_limit is not None:  # a full disk, as a file size limit (no tmpfs to fill here)
             resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (file_limit, file_limit))
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, (tmp_path / "err").read_text()
-                if _ready(port):
-                    break
-                assert time.monotonic() < deadline, "serve did not listen within 30 s"
-                time.sleep(0.05)
-            yield proc, port
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            return _ready(port)
+
+        wait_for(up, 30, "serve to listen")
+        yield proc, port
 
 
 def _ready(port: int) -> bool:
@@ -155,28 +139,21 @@ def test_losses_with_stderr_gone_do_not_change_the_stop(tmp_path: Path) -> None:
     port = free_port()
     read, write = os.pipe()
     os.close(read)
-    proc = subprocess.Popen(
-        [*CLI, "serve", "resources", "--port", str(port), "--token-file", str(token)],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=write, stderr=write, start_new_session=True,
-        env={**os.environ, "CKPT_EVENTS_JSONL": str(log)},
-    )  # fmt: skip
-    os.close(write)
-    try:
+    argv = ["serve", "resources", "--port", str(port), "--token-file", str(token)]
+    with session(argv, tmp_path, {"CKPT_EVENTS_JSONL": str(log)}, stdout=write, stderr=write) as proc:
+        os.close(write)
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (4096, 4096))
-        deadline = time.monotonic() + 30
-        while True:
+
+        def listening() -> bool:
             assert proc.poll() is None, proc.returncode
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert time.monotonic() < deadline, "serve did not listen within 30 s"
-            time.sleep(0.05)
+                return True
+            return False
+
+        wait_for(listening, 30, "serve to listen")
         _cycles(port, 10)
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(20) == -signal.SIGTERM
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def test_events_a_workers_full_disk_lost_are_said_by_that_worker(tmp_path: Path) -> None:

@@ -6,22 +6,16 @@ import importlib.util
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
+from tests.participants.cli.sessions import CLI, ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
-CLI = [
-    sys.executable,
-    "-c",
-    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
-]
 GRPC_EXPORTER = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
 
 

@@ -9,31 +9,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
 from ckpt_events.participants.protocol import CONTROL_PREFIX
+from tests.participants.cli.sessions import ROOT, session, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[3]
-#: The command line as ``ckpt-events`` runs it, without the console script.
-CLI = [
-    sys.executable,
-    "-c",
-    "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())",
-]
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -44,36 +29,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _session(
-    argv: list[str], tmp_path: Path, env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the CLI as the leader of its own process group; the group is killed on the way out."""
-    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
-        proc = subprocess.Popen(
-            [*CLI, *argv],
-            cwd=ROOT,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
-        try:
-            yield proc
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 def _interrupt_and_check(
     proc: subprocess.Popen[bytes], tmp_path: Path, sig: int = signal.SIGINT
 ) -> list[str]:
     """Send ``sig`` to the whole group (as a terminal's Ctrl-C does); wait for it all to end."""
     os.killpg(proc.pid, sig)
     proc.wait(30)
-    _wait_for(lambda: not _group_alive(proc.pid), 10, "the process group to end")
+    wait_for(lambda: not _group_alive(proc.pid), 10, "the process group to end")
     return (tmp_path / "err").read_text().splitlines()
 
 
@@ -84,8 +46,8 @@ def test_ctrl_c_during_demo_stops_everything_with_one_line(tmp_path: Path, proce
     argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)] + (
         ["--processes"] if processes else []
     )
-    with _session(argv, tmp_path) as proc:
-        _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
+    with session(argv, tmp_path) as proc:
+        wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
         time.sleep(0.5)
         assert proc.poll() is None, (tmp_path / "err").read_text()
         lines = _interrupt_and_check(proc, tmp_path)
@@ -103,8 +65,8 @@ def test_a_signal_to_the_demo_alone_is_passed_on_to_its_processes(tmp_path: Path
     status is the signal's, as a shell reports it: 130 for SIGINT, 143 for SIGTERM (both were 130)."""
     workdir = tmp_path / "work"
     argv = ["demo", "--processes", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)]
-    with _session(argv, tmp_path) as proc:
-        _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
+    with session(argv, tmp_path) as proc:
+        wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
         time.sleep(0.5)
         assert proc.poll() is None, (tmp_path / "err").read_text()
         started = time.monotonic()
@@ -112,7 +74,7 @@ def test_a_signal_to_the_demo_alone_is_passed_on_to_its_processes(tmp_path: Path
         proc.wait(30)
         took = time.monotonic() - started
         # Its children are in its process group: all gone once it has exited.
-        _wait_for(lambda: not _group_alive(proc.pid), 1.0, "the demo's servers to end")
+        wait_for(lambda: not _group_alive(proc.pid), 1.0, "the demo's servers to end")
     assert (tmp_path / "err").read_text().splitlines() == ["ckpt-events demo: interrupted"]
     assert proc.returncode == 128 + sig
     assert took < 3.0, f"the demo took {took:.1f} s to stop"  # 1.1-1.4 s measured on a loaded machine
@@ -124,7 +86,7 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
     token = write_token_file(tmp_path / "token", "signal-test-token")
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+    with session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
 
         def listening() -> bool:
             assert proc.poll() is None, (tmp_path / "err").read_text()
@@ -135,7 +97,7 @@ def test_serve_stops_cleanly_on_a_signal(tmp_path: Path, sig: int) -> None:
                 return True
             return False
 
-        _wait_for(listening, 30, "serve to listen")
+        wait_for(listening, 30, "serve to listen")
         lines = _interrupt_and_check(proc, tmp_path, sig)
     if sig == signal.SIGINT:
         assert (proc.returncode, lines) == (130, ["ckpt-events serve: interrupted"])
@@ -182,7 +144,7 @@ def _serve_with_workers(tmp_path: Path, workers: int) -> Iterator[tuple[subproce
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token_file)]
     argv += ["--workers", str(workers)] if workers > 1 else []
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
+    with session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}) as proc:
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}{CONTROL_PREFIX}/status",
             headers={"authorization": "Bearer signal-test-token"},
@@ -197,7 +159,7 @@ def _serve_with_workers(tmp_path: Path, workers: int) -> Iterator[tuple[subproce
                 return all(w["connected"] and w["url"] for w in status.get("workers", []))
             return False
 
-        _wait_for(up, 30, "serve (and its workers) to serve")
+        wait_for(up, 30, "serve (and its workers) to serve")
         yield proc, port, status
 
 
@@ -292,7 +254,7 @@ def test_a_second_ctrl_c_to_a_worker_is_one_line_saying_what_it_cut(tmp_path: Pa
             os.killpg(worker, signal.SIGINT)
             time.sleep(1.2)
             os.killpg(worker, signal.SIGINT)
-            _wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
+            wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
         lines = _interrupt_and_check(proc, tmp_path)
     assert proc.returncode == 130
     assert "Traceback" not in "\n".join(lines) and not [x for x in lines if x.startswith("ERROR:")], lines
@@ -337,17 +299,17 @@ def test_ctrl_c_during_the_restore_blames_no_participant(tmp_path: Path) -> None
     workdir = tmp_path / "work"
     argv = ["demo", "--processes", "--fault", "slow-restore", "--rollouts", "200", "--concurrency", "32",
             "--workdir", str(workdir)]  # fmt: skip
-    with _session(argv, tmp_path) as proc:
+    with session(argv, tmp_path) as proc:
 
         def restoring() -> bool:
             assert proc.poll() is None, (tmp_path / "err").read_text()
             return any((workdir / "logs").glob("*.gen2.jsonl"))
 
-        _wait_for(restoring, 90, "generation 2 to start")
+        wait_for(restoring, 90, "generation 2 to start")
         time.sleep(0.5)  # its restore reads 0.05 s per record on model-0
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(30)
-        _wait_for(lambda: not _group_alive(proc.pid), 5, "the demo's servers to end")
+        wait_for(lambda: not _group_alive(proc.pid), 5, "the demo's servers to end")
     assert proc.returncode == 130
     assert (tmp_path / "err").read_text().splitlines() == ["ckpt-events demo: interrupted"]
 
@@ -367,8 +329,8 @@ def test_serve_whose_workers_spend_their_restart_budget_exits_1_with_one_line(tm
     port = free_port()
     log = tmp_path / "events.jsonl"
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token), "--workers", "2"]
-    with _session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(log)}) as proc:
-        _wait_for(lambda: len(_children(proc.pid)) >= 2, 30, "serve to start its workers")
+    with session(argv, tmp_path, env={"CKPT_EVENTS_JSONL": str(log)}) as proc:
+        wait_for(lambda: len(_children(proc.pid)) >= 2, 30, "serve to start its workers")
         for index in range(2):
             (tmp_path / f"events.jsonl.w{index}").unlink()
             (tmp_path / f"events.jsonl.w{index}").mkdir()
@@ -376,7 +338,7 @@ def test_serve_whose_workers_spend_their_restart_budget_exits_1_with_one_line(tm
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker, signal.SIGKILL)
         spent = "restart budget of 5 spent; stopping the server"
-        _wait_for(lambda: spent in (tmp_path / "err").read_text(), 120, "the restart budget to be spent")
+        wait_for(lambda: spent in (tmp_path / "err").read_text(), 120, "the restart budget to be spent")
         proc.wait(10)
     err = (tmp_path / "err").read_text()
     last = err.splitlines()[-1]
@@ -404,7 +366,7 @@ def test_a_sigint_delivered_twice_to_a_worker_is_one_interrupt_and_one_line(tmp_
             os.killpg(worker, signal.SIGINT)
             time.sleep(1.0)
             assert os.path.exists(f"/proc/{worker}"), "the exit was forced: the held request was cut"
-        _wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
+        wait_for(lambda: "worker 0 exited" in (tmp_path / "err").read_text(), 20, "the worker to exit")
         err = (tmp_path / "err").read_text()
     assert "Traceback" not in err, err
     assert "ckpt-events serve: worker 0: interrupted" in err.splitlines(), err
@@ -439,8 +401,8 @@ def test_a_second_signal_soon_after_the_first_keeps_the_demo_stop_graceful(
     line, exit 130 (the first signal's), no process left."""
     workdir = tmp_path / "work"
     argv = ["demo", "--rollouts", "200", "--steps", "500", "--workdir", str(workdir)]
-    with _session(argv, tmp_path) as proc:
-        _wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
+    with session(argv, tmp_path) as proc:
+        wait_for(lambda: (workdir / "run").is_dir() or proc.poll() is not None, 60, "the fleet to run")
         time.sleep(0.5)
         assert proc.poll() is None, (tmp_path / "err").read_text()
         os.killpg(proc.pid, signal.SIGINT)
