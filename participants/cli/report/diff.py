@@ -5,7 +5,10 @@ Only ok spans are timed: a commit that failed after 2 ms made a failing run look
 one whose commits took 200 ms. Failed spans are counted per row instead (a ``failed`` column,
 base -> new, when either run has one); a row whose count differs is marked ``*`` and named in
 one line under the table; a key with no ok span in a run shows ``-`` for its times and is never
-gated.
+gated. Cancelled spans (``cancels.is_cancelled``: a server's stop cut their request) are counted
+apart from the failed ones, in a ``cancelled`` column and line of their own shown only when
+either run has one: three requests cut by a stop are not a regression of failures. Neither count
+gates ``--fail-above``, which weighs the ok spans' medians only.
 
 A ratio above the gate fails the run only if the change of the medians is also real: at least
 ``FAIL_FLOOR_MS`` (as the trend flags' ``GROWTH_MIN_MS``), and at least the step's jitter (the
@@ -109,8 +112,13 @@ def _read(spec: str) -> Durations:
 
 
 #: One compared key: (key, n base, n new, base p50, base p95, new p50, new p95, ratio p50,
-#: failed base, failed new); n counts ok spans, the times are theirs (nan without one).
-_Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float, int, int]
+#: failed base, failed new, cancelled base, cancelled new); n counts ok spans, the times are
+#: theirs (nan without one); the failed counts leave out the cancelled spans.
+_Row = tuple[tuple[str, str, str], int, int, float, float, float, float, float, int, int, int, int]
+
+
+#: The line naming the keys whose cancelled spans differ: the report knows they were cut, not why.
+_CANCELLED_DIFFER: Final = "cancelled spans differ (base -> new; not timed, not failures, never gated)"
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -122,11 +130,12 @@ def _diff(args: argparse.Namespace) -> int:
     failing = [r for r in above if real_change(base.ok[r[0]], new.ok[r[0]])]
     noise = [r for r in above if r not in failing]
     console().print(_table(rows, failing, title=f"{escape(args.new)} against {escape(args.base)} (ms)"))
-    changed = [r for r in rows if r[8] != r[9]]
-    if changed:
-        named = ", ".join(f"{_name(r[0])} {r[8]} -> {r[9]}" for r in changed[:8])
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        print(f"failed spans differ (base -> new; not timed): {named}{more}")
+    for at, said in ((8, "failed spans differ (base -> new; not timed)"), (10, _CANCELLED_DIFFER)):
+        changed = [r for r in rows if r[at] != r[at + 1]]
+        if changed:
+            named = ", ".join(f"{_name(r[0])} {r[at]} -> {r[at + 1]}" for r in changed[:8])
+            more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+            print(f"{said}: {named}{more}")
     only = sorted(base.keys() ^ new.keys())
     if only:
         more = f" and {len(only) - 8} more" if len(only) > 8 else ""
@@ -162,7 +171,7 @@ def _diff(args: argparse.Namespace) -> int:
             f"under {FAIL_FLOOR_MS:g} ms or under the step's jitter): {ignored}{more}",
         )
     if failing:
-        (kind, operation, step), *_, ratio, _, _ = failing[0]
+        (kind, operation, step), *_, ratio, _, _, _, _ = failing[0]
         say(
             f"{counted(len(failing), 'median ratio')} above {args.fail_above:g}: "
             f"worst {_name((kind, operation, step))} {ratio:.2f}x",
@@ -180,7 +189,9 @@ def _compared(base: Durations, new: Durations, min_ms: float) -> list[_Row]:
     rows = []
     for key in sorted(base.keys() & new.keys()):
         b, n = base.ok.get(key, []), new.ok.get(key, [])
-        failed = (base.failed.get(key, 0), new.failed.get(key, 0))
+        # A cancelled span is counted in ``cancelled`` only: a stop cut it, it did not fail.
+        cancelled = (base.cancelled.get(key, 0), new.cancelled.get(key, 0))
+        failed = (base.failed.get(key, 0) - cancelled[0], new.failed.get(key, 0) - cancelled[1], *cancelled)
         if not (b and n):
             b50, b95 = (median(b), percentile(b, 0.95)) if b else (math.nan, math.nan)
             n50, n95 = (median(n), percentile(n, 0.95)) if n else (math.nan, math.nan)
@@ -199,12 +210,16 @@ def _compared(base: Durations, new: Durations, min_ms: float) -> list[_Row]:
 def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
     """The compared rows, a failing ratio marked ``!``; with a failed span in either run, a
     ``failed`` column (base -> new), a changed count marked ``*`` (left out otherwise: at 80
-    columns every column costs the numbers room)."""
+    columns every column costs the numbers room); with a cancelled one, a ``cancelled`` column
+    alike."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=box.SIMPLE_HEAD, title=Text(title, style="table.title"))
+    counts_shown = [
+        c for c, at in (("failed", 8), ("cancelled", 10)) if any(r[at] or r[at + 1] for r in rows)
+    ]
     for column in (
         "kind",
         "operation",
@@ -216,13 +231,14 @@ def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
         "new p50",
         "new p95",
         "ratio p50",
-        *(("failed",) if any(r[8] or r[9] for r in rows) else ()),
+        *counts_shown,
     ):
         # Folded onto more lines, never cut with an ellipsis: at 80 columns the ratio read "0.1…",
         # a p50 "9.…" and every name "reso…" (the report's tables fold too).
         name = column in ("kind", "operation", "step")
         table.add_column(column, justify="left" if name else "right", overflow="fold")
-    for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio, fb, fn in rows:
+    for (kind, operation, step), nb, nn, b50, b95, n50, n95, ratio, fb, fn, cb, cn in rows:
+        counts = {"failed": (fb, fn), "cancelled": (cb, cn)}
         flag = " !" if any(r[0] == (kind, operation, step) for r in failing) else ""
         table.add_row(
             Text(escape(kind)),
@@ -235,7 +251,7 @@ def _table(rows: list[_Row], failing: list[_Row], *, title: str) -> Table:
             _ms(n50),
             _ms(n95),
             f"{_times(ratio)}{flag}",
-            *((f"{fb} -> {fn}{' *' if fb != fn else ''}",) if len(table.columns) > 10 else ()),
+            *(f"{b} -> {n}{' *' if b != n else ''}" for b, n in (counts[c] for c in counts_shown)),
         )
     return table
 

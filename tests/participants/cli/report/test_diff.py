@@ -186,15 +186,27 @@ def test_a_tiny_ratio_is_not_shown_as_zero(tmp_path: Path, capsys: pytest.Captur
     assert commit.split()[-1] == "<0.01x", commit
 
 
-def _outcomes(path: Path, spans: list[tuple[float, Outcome]]) -> Path:
-    """A log of model commits taking ``ms`` milliseconds each, ending in ``outcome``."""
+def _outcomes(
+    path: Path, spans: list[tuple[float, Outcome]], error_types: dict[int, str] | None = None
+) -> Path:
+    """A log of model commits taking ``ms`` milliseconds each, ending in ``outcome`` (span ``i``'s
+    error type ``error_types[i]``, if given)."""
     events, t = [], 1_000_000_000
     for i, (value, outcome) in enumerate(spans):
         end = t + round(value * 1e6)
         events.append(
             OperationFinished(
-                "model", "model-0", 1, i + 1, t, end, Operation.COMMIT, checkpoint_id=f"c{i}", outcome=outcome
-            )
+                "model",
+                "model-0",
+                1,
+                i + 1,
+                t,
+                end,
+                Operation.COMMIT,
+                checkpoint_id=f"c{i}",
+                outcome=outcome,
+                error_type=(error_types or {}).get(i),
+            )  # fmt: skip
         )
         t = end + 1_000_000
     sink = JsonLinesSink(path)
@@ -236,6 +248,47 @@ def test_failed_spans_are_counted_apart_not_timed(tmp_path: Path, capsys: pytest
         line for line in capsys.readouterr().out.splitlines() if "commit" in line and "model" in line
     )
     assert commit.split()[2:] == ["3", "0", "200.00", "201.00", "-", "-", "-", "0", "->", "2", "*"], commit
+
+
+def test_cancelled_spans_are_counted_apart_from_the_failed_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three commits cut by a server's stop (asyncio's and trio's cancellations) and one that raised:
+    ``failed`` 0 -> 1 and ``cancelled`` 0 -> 3, each named in its own line, and neither gates
+    ``--fail-above``. It read ``failed 0 -> 4`` and "failed spans differ: model/commit 0 -> 4"; a
+    run whose only change was the three cut read as three more failures."""
+    ok, error = Outcome.OK, Outcome.ERROR
+    base = _outcomes(tmp_path / "base.jsonl", [(200, ok), (201, ok), (199, ok)])
+    cut = {1: "asyncio.exceptions.CancelledError", 2: "trio.Cancelled", 3: "CancelledError", 4: "KeyError"}
+    spans = [(210, ok), (2, error), (2, error), (2, error), (2, error), (211, ok), (209, ok)]
+    new = _outcomes(tmp_path / "new.jsonl", spans, cut)
+    assert main(["diff", str(base), str(new), "--fail-above", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    header = next(line for line in out.splitlines() if "ratio p50" in line).split()
+    assert header[-3:] == ["p50", "failed", "cancelled"], out
+    commit = next(line for line in out.splitlines() if "commit" in line and "model" in line)
+    assert commit.split()[-9:] == ["1.05x", "0", "->", "1", "*", "0", "->", "3", "*"], out
+    assert "failed spans differ (base -> new; not timed): model/commit 0 -> 1\n" in out, out
+    assert (
+        "cancelled spans differ (base -> new; not timed, not failures, never gated): model/commit 0 -> 3\n"
+    ) in out, out
+    assert err == ""
+    only_cut = _outcomes(tmp_path / "cut.jsonl", spans[:4] + spans[5:], cut)
+    assert main(["diff", str(base), str(only_cut), "--fail-above", "1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "failed" not in out and " error" not in out, out
+    commit = next(line for line in out.splitlines() if "commit" in line and "model" in line)
+    assert commit.split()[-5:] == ["1.05x", "0", "->", "3", "*"], out
+    every_one_cut = _outcomes(
+        tmp_path / "every.jsonl",
+        [(2, error)] * 3,
+        {0: "trio.Cancelled"} | dict.fromkeys((1, 2), "CancelledError"),
+    )
+    assert main(["diff", str(base), str(every_one_cut), "--fail-above", "1.5"]) == 0
+    commit = next(
+        line for line in capsys.readouterr().out.splitlines() if "commit" in line and "model" in line
+    )
+    assert commit.split()[2:] == ["3", "0", "200.00", "201.00", "-", "-", "-", "0", "->", "3", "*"], commit
 
 
 def test_an_empty_table_under_min_ms_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
