@@ -106,6 +106,8 @@ class Breakdown:
     cancelled: int = 0
     #: Failed participants of a ``per_kind`` row not listed under it (past ``FAILED_LISTED``).
     errors_unlisted: int = 0
+    #: Participants of a ``per_kind`` row with cancellations and no error, not listed under it.
+    cancelled_unlisted: int = 0
     #: The worker process of a multi-worker participant (its row sits under the participant's).
     worker: int | None = None
     #: Operations and steps of unknown duration (the process's clock went back during one):
@@ -129,9 +131,17 @@ class Breakdown:
             named = sorted(t for t in self.error_types if is_cancelled(t) == cancelled)
             types = f": {', '.join(named)}" if named and not self.folded else ""
             said.append(f"{count:,} {word}{types}" if cancelled else f"{counted(count, word)}{types}")
-        who = "failed participant" if not self.cancelled else "participant with errors or cancellations"
-        unlisted = f"; {counted(self.errors_unlisted, who)} not listed" if self.errors_unlisted else ""
-        return f" ({', '.join(said)}{unlisted})"
+        # Each unlisted participant counted as what it is: "4 participant with errors or
+        # cancellationss" was said of 4 whose requests were all cut.
+        unlisted = " and ".join(
+            counted(count, who)
+            for count, who in (
+                (self.errors_unlisted, "failed participant"),
+                (self.cancelled_unlisted, "cancelled participant"),
+            )
+            if count
+        )
+        return f" ({', '.join(said)}{f'; {unlisted} not listed' if unlisted else ''})"
 
 
 def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list[Breakdown]:
@@ -225,7 +235,8 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
     """A wide fleet's breakdown as one row per kind: each column's longest instance (``ms``),
     records and bytes summed; ``folded`` and the instance field (``x5000 (longest)``) say how
     many participants were folded. Under a kind's row, its first ``FAILED_LISTED`` failed
-    participants' own rows (their workers' too), so who failed is named, never only counted."""
+    participants' own rows (their workers' too), so who failed is named, never only counted;
+    those with cancellations only (``cancels.is_cancelled``) after every failed one."""
     kinds: dict[str, list[Breakdown]] = {}
     for row in rows:
         kinds.setdefault(row.kind, []).append(row)
@@ -240,8 +251,11 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
         for column in unknown:
             ms.pop(column, None)
         instances = len({row.instance for row in members})
-        failed = list(dict.fromkeys(row.instance for row in members if row.errors or row.cancelled))
-        listed = set(failed[:FAILED_LISTED])
+        failed = dict.fromkeys(row.instance for row in members if row.errors)
+        # A participant whose requests a stop cut is listed after every one that failed: ten cut
+        # listed first left the two that raised unnamed.
+        cut = [i for i in dict.fromkeys(r.instance for r in members if r.cancelled) if i not in failed]
+        listed = set([*failed, *cut][:FAILED_LISTED])
         out.append(
             Breakdown(
                 kind,
@@ -253,7 +267,8 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 unknown=unknown,
                 cancelled=sum(r.cancelled for r in members),
                 folded=instances,
-                errors_unlisted=len(failed) - len(listed),
+                errors_unlisted=len(failed.keys() - listed),
+                cancelled_unlisted=len(set(cut) - listed),
             )
         )
         out.extend(row for row in members if row.instance in listed)

@@ -191,3 +191,40 @@ def test_the_operation_table_keeps_a_failed_step_row_past_its_40_rows() -> None:
     assert [(r.step, r.errors) for r in table if r.errors] == [("own-03", 1)]
     assert len(table) == ROWS_SHOWN + 1 and table[-1].step == "+21 more steps"
     assert sum(r.count for r in table) == 61
+
+
+#: What a request's task cut by its server's stop ends with.
+CUT = "asyncio.exceptions.CancelledError"
+
+
+@pytest.mark.parametrize(
+    ("failures", "said"),
+    [
+        (
+            {f"env-{i}": CUT for i in range(0, 20, 2)} | {"env-21": "TimeoutError", "env-23": "TimeoutError"},
+            " (2 errors, 10 cancelled; 4 cancelled participants not listed)",
+        ),
+        (
+            {f"env-{i}": CUT for i in range(0, 24, 2)},
+            " (12 cancelled; 4 cancelled participants not listed)",
+        ),
+        (
+            {f"env-{i}": "TimeoutError" for i in range(0, 20, 2)}
+            | {f"env-{i}": CUT for i in range(21, 26, 2)},
+            " (10 errors, 3 cancelled; 2 failed participants and 3 cancelled participants not listed)",
+        ),
+    ],
+)
+def test_past_the_bound_the_failed_are_listed_before_the_cancelled_and_each_counted_apart(
+    failures: dict[str, str], said: str
+) -> None:
+    """Of 300 participants, some whose prepare was cut by their server's stop, some failed: the
+    failed are listed first (the 8 first listed were the cut ones, the 2 that raised went
+    unnamed), and the unlisted are counted as what they are (it read "4 participants with errors
+    or cancellations not listed" of 4 cancelled ones)."""
+    rows = shown_rows(breakdown(_fleet(300, failures), "k"))
+    listed = {r.instance for r in rows[1:]}
+    assert len(listed) == FAILED_LISTED and listed <= failures.keys()
+    failed = {who for who, how in failures.items() if how != CUT}
+    assert len(listed & failed) == min(len(failed), FAILED_LISTED)
+    assert rows[0].errors_said == said
