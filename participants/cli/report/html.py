@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.attribution import Attribution, attribute
-from ckpt_events.participants.cli.report.cancels import mark
+from ckpt_events.participants.cli.report.cancels import CANCELLED_MARK, is_cancelled, mark
 from ckpt_events.participants.cli.report.failures import failure_lines, said
 from ckpt_events.participants.cli.report.folding import Folded, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
@@ -75,6 +75,12 @@ __all__ = [
 #: same colours).
 FILLS: Final = KINDS.palette()
 _ERROR = "#dc2626"
+#: A cancelled span's bar: grey hatching in a dark grey outline, never the failure's red.
+_CANCELLED_STROKE = "#4b5563"
+_CANCELLED_HATCH = (
+    '<pattern id="{id}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+    '<rect width="6" height="6" fill="#e5e7eb"/><rect width="2.5" height="6" fill="#9ca3af"/></pattern>'
+)
 _CRITICAL = "#111"
 _ROW = 20
 _LABEL_W = 380
@@ -141,7 +147,13 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
         f'<text x="4" y="16" font-weight="bold" font-size="14">{escape_html(title)} '
         f"({milliseconds(total / 1e6)}{escape_html(note)})</text>",
     ]
-    out += _legend(36, fills)
+    # A hatch only where a cancelled span is drawn (a page without one is as it was), its id
+    # the trace's own: a page holds several waterfalls.
+    cut = any(isinstance(r, Span) and is_cancelled(error_type(r)) for r in rows)
+    hatch = f"cancelled-{spans[0].span_id:016x}" if cut else None
+    if hatch is not None:
+        out.append(f"<defs>{_CANCELLED_HATCH.format(id=hatch)}</defs>")
+    out += _legend(36, fills, hatch)
     out += _axis(total, height)
     folded_y: dict[int, int] = {}
     for i, row in enumerate(rows):
@@ -161,18 +173,27 @@ def waterfall_svg(spans: list[Span], *, title: str, kinds: KindRegistry = KINDS)
             )
             continue
         y_of[row.span_id] = y
-        out += _span_row(row, by_id.get(row.parent_span_id or -1), y, x, fills, bold=row.span_id in critical)
+        parent = by_id.get(row.parent_span_id or -1)
+        out += _span_row(row, parent, y, x, fills, bold=row.span_id in critical, hatch=hatch)
     out += _critical_marks(critical_sections, y_of, _under_folded(spans, folded_y), x)
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _span_row(
-    s: Span, parent: Span | None, y: int, x: Callable[[int], float], fills: Mapping[str, str], *, bold: bool
+    s: Span,
+    parent: Span | None,
+    y: int,
+    x: Callable[[int], float],
+    fills: Mapping[str, str],
+    *,
+    bold: bool,
+    hatch: str | None = None,
 ) -> list[str]:
     """A span's row: its label (bold on the critical path), the transit and queueing around a
     participant's handler of a controller's call (``parent``), or its queueing alone, at the root
-    or called by another participant (``queued_on_row``), its bar and its duration."""
+    or called by another participant (``queued_on_row``), its bar and its duration; a cancelled
+    span's bar filled with the pattern ``hatch`` in a grey outline, a failed one's red."""
     out = []
     indent = 4 + 14 * s.depth
     weight = ' font-weight="bold"' if bold else ""
@@ -197,6 +218,9 @@ def _span_row(
                 f"{(b - a) / 1e6:.2f} ms</title></rect>"
             )
     fill = _ERROR if s.error else colour_of(s.who, fills)
+    outline = ""
+    if hatch is not None and is_cancelled(error_type(s)):
+        fill, outline = f"url(#{hatch})", f' stroke="{_CANCELLED_STROKE}"'
     # JSON escapes every control character (ensure_ascii), so the attribute holds none.
     details = escape_html(json.dumps(s.details, default=str))
     # A span whose clock went back during it: its duration is unknown, never 0.0.
@@ -209,7 +233,7 @@ def _span_row(
     out.append(
         f'<rect class="span" data-span-id="{s.span_id:016x}" data-ms="{ms}" '
         f'data-details="{details}" x="{x(s.start_ns):.1f}" y="{y + 3}" '
-        f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}">'
+        f'width="{max(1.0, x(s.end_ns) - x(s.start_ns)):.1f}" height="14" rx="2" fill="{fill}"{outline}>'
         f"<title>{tip}</title></rect>"
     )
     out.append(f'<text x="{x(s.end_ns) + 4:.1f}" y="{y + 14}" fill="#444">{short_ms} ms</text>')
@@ -334,13 +358,22 @@ def _axis(total_ns: int, height: int) -> list[str]:
     return out
 
 
-def _legend(y: int, fills: Mapping[str, str]) -> list[str]:
-    """What the colours and marks mean, on one line under the title."""
+def _legend(y: int, fills: Mapping[str, str], hatch: str | None = None) -> list[str]:
+    """What the colours and marks mean, on one line under the title; ``cancelled`` after
+    ``error`` when a cancelled span is drawn, in its ``hatch``."""
     out, x = ['<g class="legend">'], 4
     for who, fill in (*fills.items(), ("error", _ERROR)):
         out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{fill}"/>')
         out.append(f'<text x="{x + 16}" y="{y}">{escape_html(who)}</text>')
         x += 30 + 7 * len(who)
+    if hatch is not None:
+        out.append(
+            f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="url(#{hatch})" '
+            f'stroke="{_CANCELLED_STROKE}"/>'
+        )
+        said = f"cancelled {CANCELLED_MARK}"
+        out.append(f'<text x="{x + 16}" y="{y}">{said}</text>')
+        x += 30 + 7 * len(said)
     out.append(f'<rect x="{x}" y="{y - 10}" width="22" height="12" fill="#bbb"/>')
     out.append(f'<rect x="{x}" y="{y - 5}" width="22" height="2" fill="{_CRITICAL}"/>')
     out.append(f'<text x="{x + 28}" y="{y}" font-weight="bold">critical path</text>')

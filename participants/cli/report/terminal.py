@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.attribution import Attribution, attribute
-from ckpt_events.participants.cli.report.cancels import mark
+from ckpt_events.participants.cli.report.cancels import is_cancelled, mark
 from ckpt_events.participants.cli.report.failures import failure_lines
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
@@ -55,6 +55,10 @@ __all__ = ["COLOURS", "render", "render_attribution", "render_operations", "rend
 #: uses the same ones).
 COLOURS: Final = KINDS.palette()
 _CRITICAL = "▶"
+#: A cancelled span's bar: grey shading, as the page's grey hatching, never a failure's red
+#: full block (on a monochrome terminal the shade alone tells it).
+_CANCELLED_BAR: Final = "▓"
+_CANCELLED_STYLE: Final = "grey62"
 
 
 def render(
@@ -113,9 +117,18 @@ def render(
             *((Text(f"█ {escape(kind)}  ", style=colour)) for kind, colour in colours.items()),
             f"{_CRITICAL} critical path  ░ transit  ▒ queued in participant  "
             f"─ +N more: parallel calls folded (the slowest shown; ≤ their longest ms)",
+            *_cancelled_legend(events),
         )
     )
     console.print(_counts_table(counts(events) if totals is None else totals[1]))
+
+
+def _cancelled_legend(events: Sequence[Event]) -> tuple[Text, ...]:
+    """The legend's word for a cancelled span's bar, when ``events`` hold one (else nothing: a
+    report without one prints as it did)."""
+    if not any(is_cancelled(getattr(e, "error_type", None)) for e in events):
+        return ()
+    return (Text("  "), Text(f"{_CANCELLED_BAR} cancelled", style=_CANCELLED_STYLE))
 
 
 def _render_named(
@@ -302,8 +315,10 @@ def render_waterfall(
             # its wait in the server, counted as queued, is drawn all the same.
             bar.stylize(colour_of(s.who, colours), col(queued[0]), col(queued[1]) + 1)
             _paint(bar, "▒", col(queued[0]), col(queued[1]))
-        _paint(bar, "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
-        bar.stylize("red" if s.error else colour_of(s.who, colours), col(s.start_ns), col(s.end_ns) + 1)
+        cut = is_cancelled(error_type(s))
+        _paint(bar, _CANCELLED_BAR if cut else "█", col(s.start_ns), max(col(s.start_ns) + 1, col(s.end_ns)))
+        style = _CANCELLED_STYLE if cut else "red" if s.error else colour_of(s.who, colours)
+        bar.stylize(style, col(s.start_ns), col(s.end_ns) + 1)
         # A span whose clock went back during it: its duration is unknown, never 0.0 (``ms``).
         table.add_row(name, f"{_CRITICAL if on_path else ''}{ms}", bar)
     return table

@@ -6,17 +6,21 @@ the log; its request's task is cancelled as uvicorn cancels it at its shutdown d
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
+from rich.console import Console
 
 from ckpt_events import Telemetry
 from ckpt_events.participants.cli.main import main
 from ckpt_events.participants.cli.report.cancels import is_cancelled
 from ckpt_events.participants.cli.report.folding import Folded, waterfall_rows
+from ckpt_events.participants.cli.report.html import FILLS, waterfall_svg
 from ckpt_events.participants.cli.report.model import Span
+from ckpt_events.participants.cli.report.terminal import render_waterfall
 from ckpt_events.participants.fastapi import instrument, operation, telemetry
 from tests.participants.cli.report.own_server import client_of
 
@@ -169,3 +173,37 @@ def test_a_folded_group_counts_its_cancelled_calls_apart_from_its_failed_ones() 
 def test_a_cancellation_is_told_by_its_type_s_last_name(error_type: str | None, cancelled: bool) -> None:
     """``CancelledError`` (asyncio, concurrent.futures) and trio's ``Cancelled``, by last name."""
     assert is_cancelled(error_type) is cancelled
+
+
+def test_a_cancelled_span_s_bar_is_grey_hatched_not_a_failure_s_red(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prepare cut and one that raised, side by side: on the page the cut one's bar is hatched
+    grey in a grey outline, the legend saying "cancelled ⊘", the failed one's red; in the
+    terminal the cut one is a grey ``▓`` bar, the failed one a red ``█``, the legend saying ``▓
+    cancelled``. Both were filled red, like a failure."""
+    root = Span("coordinate.prepare", "controller", 0, 200, 0, False, span_id=1)
+    spans = [root, *_call(0, "asyncio.exceptions.CancelledError"), *_call(1, "builtins.KeyError")]
+    svg = waterfall_svg(spans, title="c1")
+    bars = dict(re.findall(r'data-span-id="0*([0-9a-f]+)".*? fill="([^"]+)"', svg))
+    hatch = "cancelled-0000000000000001"
+    assert bars == {"1": FILLS["controller"], "64": f"url(#{hatch})", "65": "#dc2626"} | {
+        "c8": FILLS["environment"],
+        "c9": FILLS["environment"],
+    }, bars
+    assert svg.count(f'<pattern id="{hatch}"') == 1
+    assert re.search(
+        rf'<rect [^>]*fill="url\(#{hatch}\)" stroke="#4b5563"/>\s*<text [^>]*>cancelled ⊘</text>', svg
+    )
+    plain = waterfall_svg([root, *_call(1, "builtins.KeyError")], title="c1")
+    assert "cancelled" not in plain and "<pattern" not in plain
+    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system="256")
+    console.print(render_waterfall(spans, 100))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    grey, red = "\x1b[38;5;247m▓", "\x1b[31m█"  # grey62 is colour 247 of 256
+    assert grey in out and red in out and "\x1b[31m▓" not in out, out
+    log = _cut_log(tmp_path)
+    page = tmp_path / "report.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    assert re.search(r"▓\s+cancelled", capsys.readouterr().out)  # the legend folds at 80 columns
+    assert "cancelled ⊘</text>" in page.read_text()
