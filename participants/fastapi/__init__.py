@@ -19,10 +19,11 @@
 * **the event loop's lag** (on by default, ``loop_lag=False`` turns it off): a task sleeps
   50 ms at a time and keeps how much each sleep overshot, and each operation records the worst
   lag seen while it ran (``loop_lag_ms``): a loop blocked by other work shows up there. It
-  samples only while a sink wants ``OperationFinished`` (checked once a second while none
-  does), so telemetry off costs no wake-ups; an operation it did not sample from start to end
-  (begun before a sink subscribed, within that second) has no ``loop_lag_ms`` (unknown), never
-  a 0.0 unmeasured. The monitor is ``ckpt_events.participants.loop_lag.LoopLagMonitor``,
+  samples only while an operation is open and a sink wants ``OperationFinished`` (checked once
+  a second while an operation is open and none does), and sleeps with no timer while no
+  operation is open, so an idle server pays no wake-ups for it; an operation it did not sample
+  from start to end (begun while no sink wanted the lag) has no ``loop_lag_ms`` (unknown),
+  never a 0.0 unmeasured. The monitor is ``ckpt_events.participants.loop_lag.LoopLagMonitor``,
   re-exported here.
 * **a redacted server log of an escaped exception**: an exception that leaves the app through
   its middleware is logged by uvicorn (``uvicorn.error``) or hypercorn (``hypercorn.error``)

@@ -6,7 +6,6 @@ Part of ``ckpt_events.participants.fastapi``, which re-exports ``Incoming``.
 
 from __future__ import annotations
 
-import time
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, NamedTuple, Self
@@ -35,13 +34,22 @@ class _Timed:
         self._since = 0
 
     def __enter__(self) -> OperationSpan:
-        self._since = time.monotonic_ns()  # not the wall clock: a step of it ends no sampling
-        return self._span.__enter__()
+        # Monotonic, not the wall clock: a step of it ends no sampling. begin() wakes a monitor
+        # parked for want of an operation.
+        self._since = self._monitor.begin()
+        try:
+            return self._span.__enter__()
+        except BaseException:
+            self._monitor.end()
+            raise
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._span.set(loop_lag_ms=self._monitor.max_since_monotonic(self._since))
+        try:
+            self._span.set(loop_lag_ms=self._monitor.max_since_monotonic(self._since))
+        finally:
+            self._monitor.end()
         self._span.__exit__(exc_type, exc, tb)
 
 

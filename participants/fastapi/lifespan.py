@@ -182,7 +182,9 @@ class Instrumented:
             await tg.__aenter__()
             try:
                 if self.monitor is not None:
-                    await tg.start(self.monitor.run, functools.partial(self.bus.wants, OperationFinished))
+                    # On demand: sampled while an operation is open, no timer while none is.
+                    run = functools.partial(self.monitor.run, on_demand=True)
+                    await tg.start(run, functools.partial(self.bus.wants, OperationFinished))
                 try:
                     yield
                 except BaseException as exc:  # re-raised below, outside the task group

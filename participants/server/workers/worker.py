@@ -361,7 +361,9 @@ async def run_worker(
     async with anyio.create_task_group() as tg:
         # Sampling before the first frame is read: an operation begun before its first turn had no
         # loop_lag_ms (not sampled whole).
-        await tg.start(monitor.run, functools.partial(workload.tel.bus.wants, OperationFinished))
+        # On demand: sampled while an operation is open, no timer while the worker idles.
+        run = functools.partial(monitor.run, on_demand=True)
+        await tg.start(run, functools.partial(workload.tel.bus.wants, OperationFinished))
         tg.start_soon(channel.run)
         if http is not None:
             tg.start_soon(http.serve)
