@@ -584,8 +584,7 @@ class PrometheusEndpoint:
         self.port: int = self._server.server_address[1]
         self._closed = False
         self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            target=self._server.serve_forever,  # woken by work, no poll: an idle server sleeps
             name=f"ckpt-events-prometheus-{self.port}",
             daemon=True,
         )
