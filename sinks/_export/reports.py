@@ -63,8 +63,6 @@ REPORT_INTERVAL: Final = 0.25
 PENDING_LIMIT: Final = 1 << 20
 #: The longest report line the server reads; a longer one is skipped.
 _LINE_LIMIT: Final = 1 << 20
-#: Seconds the listener waits for a report before it looks whether it was told to stop.
-_POLL: Final = 0.5
 
 
 class Progress(msgspec.Struct, frozen=True, tag="progress"):
@@ -201,6 +199,14 @@ class ReportListener:
         #: The child's answer to the latest flush request it answered (``None`` before one).
         self.flushed: Flushed | None = None
         self._stop = threading.Event()
+        # stop() wakes the reading thread through this pipe: it polled every 0.5 s to see the
+        # flag, 2 wake-ups a second for an idle child. Closed by the thread, under the lock,
+        # so that stop() never writes to a descriptor number reused meanwhile.
+        wake = os.pipe()
+        self._wake_r = wake[0]
+        self._wake_w = wake[1]
+        self._wake_lock = threading.Lock()
+        self._wake_open = True
         self._thread = threading.Thread(
             target=self._run, name=f"ckpt-events-export-reports-{pid}", daemon=True
         )
@@ -211,16 +217,19 @@ class ReportListener:
         return self._thread.is_alive()
 
     def stop(self) -> None:
-        """End the thread at its next look (within ``_POLL`` seconds); what is unread is dropped."""
+        """End the thread now (it is woken); what is unread is dropped."""
         self._stop.set()
+        with self._wake_lock:
+            if self._wake_open:
+                os.write(self._wake_w, b"x")  # one byte in an empty pipe: never blocks
 
     def _run(self) -> None:
         line = bytearray()
         skipping = False
         try:
             while not self._stop.is_set():
-                if not select.select([self.fd], [], [], _POLL)[0]:
-                    continue
+                if self.fd not in select.select([self.fd, self._wake_r], [], [])[0]:
+                    continue  # woken by stop()
                 chunk = os.read(self.fd, 65536)
                 if not chunk:
                     return
@@ -237,6 +246,10 @@ class ReportListener:
                     skipping = True
         finally:
             os.close(self.fd)
+            with self._wake_lock:
+                self._wake_open = False
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def _take(self, line: bytes) -> None:
         try:

@@ -11,16 +11,19 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from ckpt_events import Bus, Telemetry
 from ckpt_events.sinks import ExportProcess, ExportProcessStats, configure
+from ckpt_events.sinks._export.reports import Flushed, ReportListener
 from ckpt_events.sinks.otel import OtlpSpanSinkStats
 from tests.http_servers import serving
 
@@ -206,3 +209,34 @@ async def test_a_credential_in_a_childs_log_message_reaches_the_servers_log_reda
     assert len(said) == 1 and "left out an event it could not read" in said[0], said
     assert "https://[REDACTED]@collector.example/v1" in said[0] and "Bearer [REDACTED]" in said[0]
     assert not any(word in said[0] for word in ("alice", "hunter2", "sk-live-SECRET")), said
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts wake-ups in Linux's /proc")
+def test_an_idle_report_listener_sleeps_until_a_report_or_its_stop() -> None:
+    """With no report coming for 1 s, the server's report thread woke twice a second (a 0.5 s
+    poll for its stop flag), and its stop took up to that; now it sleeps until a report or
+    ``stop()`` wakes it, and reads the report sent after the idle second."""
+    read_end, write_end = os.pipe()
+    listener = ReportListener(read_end, os.getpid())
+    try:
+        thread = listener._thread
+        time.sleep(0.1)  # past its start
+        with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+            before = int(stat.read().split()[2])
+        time.sleep(1.0)
+        with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+            idle_wakeups = int(stat.read().split()[2]) - before
+        os.write(write_end, msgspec.json.encode(Flushed(7, True)) + b"\n")
+        for _ in range(100):  # bounded: 1 s
+            if listener.flushed is not None:
+                break
+            time.sleep(0.01)
+        stopping = time.monotonic()
+        listener.stop()
+        thread.join(2.0)
+        stopped_in = time.monotonic() - stopping
+    finally:
+        os.close(write_end)
+    assert listener.flushed == Flushed(7, True)
+    assert idle_wakeups <= 1, idle_wakeups
+    assert not thread.is_alive() and stopped_in < 0.2, stopped_in
