@@ -187,7 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the default: the process died of SIGINT (-2), not 130. The stop is said: it ends.
             found = {}
         for signum, handler in found.items():
-            if _in_main_thread() and signal.getsignal(signum) is signal.SIG_IGN:
+            # Whatever a command left, not only an ignored signal: ``demo``'s signal receiver
+            # (asyncio's ``remove_signal_handler``) leaves SIGTERM at SIG_DFL and SIGINT at
+            # Python's default, so a caller's own handlers were lost (SIGTERM then killed it).
+            if _in_main_thread() and signal.getsignal(signum) is not handler:
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 

@@ -488,3 +488,47 @@ def test_serve_run_in_process_gives_the_stop_signals_back(tmp_path: Path) -> Non
         env={**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")},
     )
     assert (done.stdout, done.stderr) == ("130 True True\n", "ckpt-events serve: interrupted\n")
+
+
+#: ``demo`` run in-process from the main thread, under the caller's own SIGINT and SIGTERM
+#: handlers, interrupted once its signal receiver is up; then whose handlers are installed.
+_EMBEDDED_DEMO = """
+import os, signal, sys, threading, time
+from ckpt_events.participants.cli.main import main
+
+def own_sigint(signum, frame):
+    raise KeyboardInterrupt
+
+def own_sigterm(signum, frame):
+    pass
+
+signal.signal(signal.SIGINT, own_sigint)
+signal.signal(signal.SIGTERM, own_sigterm)
+
+def interrupt_once_receiving():
+    deadline = time.monotonic() + 20
+    while signal.getsignal(signal.SIGTERM) is own_sigterm and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_once_receiving, daemon=True).start()
+status = main(["demo", "--rollouts", "50", "--workdir", sys.argv[1]])
+print(status, signal.getsignal(signal.SIGINT) is own_sigint,
+      signal.getsignal(signal.SIGTERM) is own_sigterm, flush=True)
+"""
+
+
+def test_demo_run_in_process_gives_the_callers_own_handlers_back(tmp_path: Path) -> None:
+    """``main(["demo", ...])`` called under the caller's own SIGINT and SIGTERM handlers and
+    stopped by a Ctrl-C: the demo's signal receiver left SIGINT at Python's default and SIGTERM
+    at SIG_DFL (a ``kill`` then ended the caller); both are now the caller's again."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EMBEDDED_DEMO, str(tmp_path / "demo")],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    said = (done.stdout.splitlines()[-1:], done.stderr)
+    assert said == (["130 True True"], "ckpt-events demo: interrupted\n")
