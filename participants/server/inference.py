@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from ckpt_events import InvalidValueError
 from ckpt_events.participants.errors import ProtocolRefusal, check_int, shown
 from ckpt_events.participants.protocol import ErrorBody, ErrorDetail, decode, encode
-from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from ckpt_events.participants.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit, StopCutAnswered
 from ckpt_events.participants.server.routes import bearer_auth, install_error_handlers
 from ckpt_events.participants.workloads.base import finite_sleep
 from ckpt_events.participants.workloads.generation_cut import (
@@ -89,6 +89,8 @@ def create_inference_app(
     app.state.staged = staged
     # A prompt or an inventory is read whole: unbounded, one request could take the memory.
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    # A cut round its server's stop cancels is answered 503, as a participant's request is.
+    app.add_middleware(StopCutAnswered)
 
     @app.post("/generate", dependencies=auth)
     async def generate(request: Request) -> Response:

@@ -128,3 +128,18 @@ def test_only_a_request_cut_before_its_response_started_is_answered_503() -> Non
     ]
     assert b"chunk\n" in got["stream"] and not got["stream"].endswith(b"0\r\n\r\n"), got["stream"]
     assert "ASGI message" not in err, err  # uvicorn refusing a second start
+
+
+def test_every_reference_server_answers_a_stop_cut_503() -> None:
+    """The participants' apps answered a request their stop cut 503; the inference worker's
+    answered uvicorn's 500 (its app was built without the middleware)."""
+    from ckpt_events.participants.server.app import create_app
+    from ckpt_events.participants.server.inference import create_inference_app
+    from ckpt_events.participants.server.limits import StopCutAnswered
+
+    apps = {
+        "inference": create_inference_app(token="t"),
+        "environment": create_app("environment", instance="environment-0", token="t"),
+    }
+    for name, app in apps.items():
+        assert StopCutAnswered in [m.cls for m in app.user_middleware], name
