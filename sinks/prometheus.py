@@ -9,6 +9,8 @@ scrape time only, in the Prometheus text format or, when the scraper asks for
 histogram bucket; gzipped when the scraper accepts gzip (Prometheus always does), never else.
 Names and labels are the Collector's Prometheus exporter's (``ckpt_events.sinks._prom_names``).
 ``configure`` builds both for ``OTEL_METRICS_EXPORTER=prometheus``.
+The families are written by ``TotalsCollector`` (``_totals_collector``); what a request gets
+(its method and path answered, the format and gzip chosen, a render shared) by ``_scrape_handler``.
 
 The server (``_scrape_server``) reads request heads on one thread and gives a connection a
 thread only once its head is complete, at most ``max_concurrent`` at once (more are answered
@@ -24,16 +26,11 @@ hundred series a fleet has).
 from __future__ import annotations
 
 import errno
-import gzip
 import ipaddress
-import operator
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 import anyio.to_thread
 
@@ -43,20 +40,11 @@ from ckpt_events._logs import library_logger
 from ckpt_events.sinks import _metric_keys as keys
 from ckpt_events.sinks._bus_metrics import BusStatsCollector
 from ckpt_events.sinks._cardinality import DEFAULT_CARDINALITY_LIMIT
-from ckpt_events.sinks._metric_totals import (
-    COUNTERS,
-    DEFAULT_BOUNDARIES,
-    HISTOGRAMS,
-    HistogramPoint,
-    MetricTotals,
-    merged_histogram,
-)
-from ckpt_events.sinks._open_work import OpenWorkSnapshot
-from ckpt_events.sinks._prom_names import label_name, metric_name, prometheus_type, unit_word
-from ckpt_events.sinks._scrape_server import ScrapeServer, Unavailable, host_problem, listen_host
-from ckpt_events.sinks._wire_safe import replace_surrogates
+from ckpt_events.sinks._metric_totals import MetricTotals
+from ckpt_events.sinks._scrape_handler import METRICS_PATH, scrape_handler
+from ckpt_events.sinks._scrape_server import ScrapeServer, host_problem, listen_host
+from ckpt_events.sinks._totals_collector import TotalsCollector, TotalsSource, prometheus_names
 from ckpt_events.sinks.otlp._http import BUS_LINGER, MAX_TIMEOUT_S
-from ckpt_events.vocab import OPEN_WORK_INSTRUMENTS, Instrument, InstrumentKind
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -76,36 +64,6 @@ __all__ = [
 logger: Final = library_logger("ckpt_events.sinks.prometheus")
 DEFAULT_HOST: Final = "localhost"  # OTEL_EXPORTER_PROMETHEUS_HOST's default
 DEFAULT_PORT: Final = 9464  # OTEL_EXPORTER_PROMETHEUS_PORT's default
-METRICS_PATH: Final = "/metrics"
-#: The methods the endpoint answers (``Allow``); another method HTTP defines is 405, an unknown one 501.
-_ALLOWED_METHODS: Final = "GET, HEAD, OPTIONS"
-#: zlib's default: a 6.7 MB page (2,000 kinds) to 131 KB in 83 ms, where 9 (prometheus-client's)
-#: takes 168 ms for 124 KB and 1 takes 44 ms for 158 KB.
-_GZIP_LEVEL: Final = 6
-# Go's shortest form ("5", not "5.0"), as the Collector (client_golang) writes `le`.
-_LE: Final = (*(str(int(b)) if float(b).is_integer() else repr(float(b)) for b in DEFAULT_BOUNDARIES), "+Inf")
-
-
-_REPLACEMENT: Final = "\ufffd"
-_P = TypeVar("_P")
-
-
-class TotalsSource(Protocol):
-    """Anything holding cumulative ``MetricTotals``: ``PrometheusSink``, ``OtlpMetricSink``."""
-
-    start_ns: int
-
-    def snapshot(self) -> MetricTotals:
-        """A copy of the totals, safe to read while the original keeps counting."""
-        ...
-
-
-def prometheus_names() -> list[tuple[str, str, str, str]]:
-    """(OpenTelemetry name, unit, kind, Prometheus family name) of every instrument we export."""
-    return [
-        (name, unit, prometheus_type(kind), metric_name(name, unit, kind))
-        for name, kind, unit, _ in (*HISTOGRAMS, *COUNTERS, *OPEN_WORK_INSTRUMENTS)
-    ]
 
 
 class PrometheusSink:
@@ -174,336 +132,6 @@ class PrometheusSink:
         ``gym_checkpoint_open_operations`` nor ``..._oldest_open_s_seconds``, which undercount."""
         with self._lock:
             return self._totals.open_work.untracked
-
-
-class TotalsCollector:
-    """A ``prometheus_client`` collector rendering a source's totals at each scrape.
-
-    A label value UTF-8 cannot carry (a lone surrogate) is written with U+FFFD in its place,
-    as our OTLP encoder does, and counted once per label set in ``replaced_values``; label sets
-    then written alike are one series, holding their sum.
-    """
-
-    def __init__(self, source: TotalsSource) -> None:
-        self.source = source
-        #: Label values written with U+FFFD for a surrogate (once per label set).
-        self.replaced_values = 0
-        # One entry per key of the totals: bounded by their cardinality limit per instrument.
-        self._labels: dict[tuple[Any, ...], dict[str, str]] = {}
-        # Keys whose labels hold U+FFFD: only these can be written like another key.
-        self._may_collide: set[tuple[Any, ...]] = set()
-
-    def _labels_of(self, key: tuple[Any, ...]) -> dict[str, str]:
-        cached = self._labels.get(key)
-        if cached is None:
-            attributes = keys.attributes_of(key)
-            # The overflow attribute is a boolean: "true", as the Collector's exporter writes it.
-            labels = {
-                label_name(k): v if isinstance(v, str) else str(v).lower() for k, v in attributes.items()
-            }
-            # One surrogate (a kind from os.fsdecode, say) failed every scrape from then on:
-            # the page is encoded as UTF-8 as a whole.
-            cached = self._labels[key] = {k: replace_surrogates(v) for k, v in labels.items()}
-            self.replaced_values += sum(cached[k] != v for k, v in labels.items())
-            if any(_REPLACEMENT in v for v in cached.values()):
-                self._may_collide.add(key)
-        return cached
-
-    def _series(
-        self, points: dict[tuple[Any, ...], _P], merge: Callable[[_P, _P], _P]
-    ) -> Iterator[tuple[dict[str, str], _P]]:
-        """(labels, point) per series: keys whose labels are written alike (values differing only
-        in what U+FFFD replaced, or in U+FFFD itself) merged into one, as a page must hold each
-        label set once (Prometheus keeps one of duplicate samples: 1 refusal of 3)."""
-        alike: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], _P]] = {}
-        for key, point in points.items():
-            labels = self._labels_of(key)
-            if key not in self._may_collide:
-                yield labels, point
-                continue
-            written = tuple(labels.items())
-            held = alike.get(written)
-            alike[written] = (labels, point if held is None else merge(held[1], point))
-        yield from alike.values()
-
-    def describe(self) -> list[Any]:
-        """Every family ``collect`` may yield, without samples: a registry already holding one
-        of these names refuses the collector at ``register`` (``collect`` is not called)."""
-        from prometheus_client.metrics_core import Metric
-
-        # Without names, a registry took a second collector, or a user's own metric of the same
-        # name, and every page it rendered then had a family twice: Prometheus fails the scrape.
-        families = []
-        for name, kind, unit, description in (*HISTOGRAMS, *COUNTERS, *OPEN_WORK_INSTRUMENTS):
-            family = metric_name(name, unit, kind)
-            if kind is InstrumentKind.COUNTER:
-                family = family.removesuffix("_total")  # as ``collect`` names a counter's family
-            families.append(Metric(family, description, prometheus_type(kind), unit_word(unit)[0]))
-        return families
-
-    def collect(self) -> Iterator[Any]:
-        """One family per instrument with points, from one snapshot of the totals."""
-        from prometheus_client.metrics_core import Metric
-        from prometheus_client.samples import Exemplar
-
-        # No _created samples: the Collector's exporter writes none, and the series must match.
-        totals = self.source.snapshot()
-        for (name, kind, unit, description), histogram in zip(
-            HISTOGRAMS, (totals.durations, totals.lags), strict=True
-        ):
-            if not histogram:
-                continue
-            family = metric_name(name, unit, kind)
-            metric = Metric(family, description, prometheus_type(kind), unit_word(unit)[0])
-            for labels, point in self._series(histogram, merged_histogram):
-                _add_histogram(metric, family, labels, point, Exemplar)
-            yield metric
-        for (name, kind, unit, description), sums in zip(COUNTERS, totals.sums, strict=True):
-            if not sums:
-                continue
-            family = metric_name(name, unit, kind)
-            base = family.removesuffix("_total")
-            metric = Metric(base, description, prometheus_type(kind), unit_word(unit)[0])
-            for labels, total in self._series(sums, operator.add):
-                metric.add_sample(family, labels, total)
-            yield metric
-        if totals.open is not None:
-            yield from self._open_work(totals.open, Metric)
-
-    def _open_work(self, snapshot: OpenWorkSnapshot, metric_class: Any) -> Iterator[Any]:
-        """The open operations, the oldest one's age and the last publish, as gauges."""
-        counter, oldest, published = OPEN_WORK_INSTRUMENTS
-        # Merged as the SDK would one attribute set: open operations add up, the oldest is the oldest.
-        values: tuple[tuple[Instrument, dict[tuple[Any, ...], Any], Callable[[Any, Any], Any]], ...] = (
-            (counter, snapshot.open, operator.add),
-            (oldest, snapshot.oldest_s, max),
-        )
-        for (name, kind, unit, description), points, merge in values:
-            if not points:
-                continue
-            family = metric_name(name, unit, kind)
-            metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
-            for labels, value in self._series(points, merge):
-                metric.add_sample(family, labels, value)
-            yield metric
-        if snapshot.last_published_ts is not None:
-            name, kind, unit, description = published
-            family = metric_name(name, unit, kind)
-            metric = metric_class(family, description, prometheus_type(kind), unit_word(unit)[0])
-            metric.add_sample(family, {}, snapshot.last_published_ts)
-            yield metric
-
-
-def _add_histogram(
-    metric: Any, family: str, labels: dict[str, str], point: HistogramPoint, exemplar: Any
-) -> None:
-    cumulative = 0
-    for le, count, event, value in zip(
-        _LE, point.buckets, point.exemplars, point.exemplar_values, strict=True
-    ):
-        cumulative += count
-        sample_exemplar = None
-        if event is not None:
-            sample_exemplar = exemplar(
-                {"trace_id": f"{event.trace_id:032x}", "span_id": f"{event.span_id:016x}"},
-                value,
-                event.end_ns / 1e9,
-            )
-        metric.add_sample(family + "_bucket", {**labels, "le": le}, cumulative, exemplar=sample_exemplar)
-    metric.add_sample(family + "_count", labels, point.count)
-    metric.add_sample(family + "_sum", labels, point.total)
-
-
-class _Render:
-    """One page being rendered, and what the scrapes waiting for it get."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.body = b""
-        self.failed: BaseException | None = None
-
-
-class _SharedRenders:
-    """Scrapes asking for a format whose page is being rendered wait for that render and get its
-    bytes: rendering is Python under the GIL, and eight renders of a 6.9 MB page at once (2,000
-    kinds) cost the app's event loop 160 to 290 ms of lag and the process +330 MiB. A waiting
-    scrape gets totals as of the render it joined, at most one render old, or ``Unavailable``
-    (503) if that render has not ended by the scrape's own deadline."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[str, _Render] = {}
-
-    def page(self, variant: str, render: Any, deadline: float) -> bytes:
-        """The page ``variant`` (its content type and coding): rendered by ``render()``, or by
-        the render of that variant under way if it ends by ``deadline`` (``time.monotonic()``)."""
-        with self._lock:
-            shared = self._running.get(variant)
-            if shared is None:
-                mine = self._running[variant] = _Render()
-        if shared is not None:
-            # Until this scrape's own deadline, then 503: a TimeoutError here is an OSError, taken
-            # for the scraper going away, and the connection was closed with no answer.
-            if not shared.done.wait(max(deadline - time.monotonic(), 0.0)):
-                raise Unavailable("the render this scrape joined did not end by its deadline")
-            if shared.failed is not None:
-                raise RuntimeError("the render this scrape waited for failed") from shared.failed
-            return shared.body
-        try:
-            mine.body = render()
-        except BaseException as exc:
-            mine.failed = exc
-            raise
-        finally:
-            with self._lock:
-                del self._running[variant]
-            mine.done.set()
-        return mine.body
-
-
-def _weight(parameters: list[str]) -> float:
-    """The ``q`` among an Accept item's parameters (1 without one); 0 where it cannot be read."""
-    for parameter in parameters:
-        name, _, value = parameter.partition("=")
-        if name.strip().lower() == "q":
-            try:
-                return float(value)
-            except ValueError:
-                return 0.0
-    return 1.0
-
-
-def _readable_version(parameters: list[str]) -> bool:
-    """Whether an Accept item's ``version`` parameter, if any, is a release number (``1.0.0``)."""
-    for parameter in parameters:
-        name, _, value = parameter.partition("=")
-        if name.strip().lower() == "version":
-            return all(part.isdigit() and part.isascii() for part in value.strip().split("."))
-    return True
-
-
-def _acceptable(accept: str) -> str:
-    """``accept`` without its media ranges weighted 0 or with a version that is no release number:
-    prometheus-client reads no weights, so ``application/openmetrics-text;q=0`` got the format it
-    refuses (RFC 9110 12.4.2); up to 0.22.1 it read no version either (``version=abc`` got
-    OpenMetrics), from 0.23 it raised on one, and the text format was the answer."""
-    return ",".join(
-        item
-        for item in accept.split(",")
-        if _weight(item.split(";")[1:]) > 0 and _readable_version(item.split(";")[1:])
-    )
-
-
-def _accepts_gzip(accept_encoding: str) -> bool:
-    """Whether an ``Accept-Encoding`` value admits gzip: named (or ``x-gzip``), else covered by
-    ``*``, with a weight above 0 (RFC 9110 12.5.3). A weight that cannot be read refuses it:
-    the plain page is always acceptable, a page the scraper cannot decode is not."""
-    weights: dict[str, float] = {}
-    for item in accept_encoding.split(","):
-        coding, *parameters = (part.strip() for part in item.split(";"))
-        weight = _weight(parameters)
-        if coding:
-            weights.setdefault(coding.lower(), weight)
-    for coding in ("gzip", "x-gzip", "*"):
-        if coding in weights:
-            return weights[coding] > 0
-    return False
-
-
-def _handler(registry: Any) -> type[BaseHTTPRequestHandler]:
-    from prometheus_client.exposition import choose_encoder
-
-    renders = _SharedRenders()
-
-    class Handler(BaseHTTPRequestHandler):
-        # http.server's default, HTTP/0.9, answered a request line it could not parse (garbage,
-        # "HTTP/2.0", an HTTP/2 preface) with a bare HTML page: no status line, no headers.
-        default_request_version = "HTTP/1.0"
-
-        def do_GET(self) -> None:  # the http.server hook name
-            self._answer(send_body=True)
-
-        def do_HEAD(self) -> None:
-            # Every HTTP server must support HEAD (RFC 9110 9.1): it was 501 as any method but GET.
-            self._answer(send_body=False)
-
-        def do_OPTIONS(self) -> None:
-            self._reply(200, "text/plain; charset=utf-8", b"", send_body=True, allow=True)
-
-        def do_POST(self) -> None:
-            self._not_allowed()
-
-        def do_PUT(self) -> None:
-            self._not_allowed()
-
-        def do_DELETE(self) -> None:
-            self._not_allowed()
-
-        def do_PATCH(self) -> None:
-            self._not_allowed()
-
-        def do_TRACE(self) -> None:
-            self._not_allowed()
-
-        def do_CONNECT(self) -> None:
-            self._not_allowed()
-
-        def _not_allowed(self) -> None:
-            # A method HTTP defines is 405 with Allow (RFC 9110 15.5.6); an unknown one stays 501.
-            body = f"method not allowed: {_ALLOWED_METHODS}\n".encode()
-            self._reply(405, "text/plain; charset=utf-8", body, send_body=True, allow=True)
-
-        def _answer(self, *, send_body: bool) -> None:
-            if urlsplit(self.path).path != METRICS_PATH:
-                body = f"not found: metrics are at {METRICS_PATH}\n".encode()
-                self._reply(404, "text/plain; charset=utf-8", body, send_body=send_body)
-                return
-            try:
-                encoder, content_type = choose_encoder(_acceptable(self.headers.get("Accept", "")))
-            except TypeError:
-                # prometheus-client compares an unparsable version ("version=abc") with numbers:
-                # the scrape thread died with a traceback and no answer. Accept is a preference.
-                encoder, content_type = choose_encoder("")
-            deadline = self.request.deadline  # the _Prefetched the server hands every handler
-            # Prometheus always asks for gzip: a page of 2,000 kinds is 6.7 MB plain, 131 KB gzipped.
-            if _accepts_gzip(self.headers.get("Accept-Encoding", "")):
-                body = renders.page(
-                    content_type + "; gzip", lambda: gzip.compress(encoder(registry), _GZIP_LEVEL), deadline
-                )
-                self._reply(200, content_type, body, send_body=send_body, coding="gzip")
-            else:
-                body = renders.page(content_type, lambda: encoder(registry), deadline)
-                self._reply(200, content_type, body, send_body=send_body, coding="identity")
-
-        def _reply(
-            self,
-            status: int,
-            content_type: str,
-            body: bytes,
-            *,
-            send_body: bool,
-            allow: bool = False,
-            coding: str | None = None,
-        ) -> None:
-            """``coding``: the page's content coding, for a reply whose coding was chosen by
-            the request's Accept-Encoding (``Vary`` tells caches so); ``None`` for others."""
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            if coding is not None:
-                if coding != "identity":
-                    self.send_header("Content-Encoding", coding)
-                self.send_header("Vary", "Accept-Encoding")
-            if allow:
-                self.send_header("Allow", _ALLOWED_METHODS)
-            self.end_headers()
-            if send_body:
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # one line per scrape on stderr would drown a participant's log
-
-    return Handler
 
 
 class PrometheusEndpoint:
@@ -600,7 +228,7 @@ class PrometheusEndpoint:
             try:
                 return ScrapeServer(
                     (host, candidate),
-                    _handler(self.registry),
+                    scrape_handler(self.registry),
                     max_concurrent,
                     header_timeout=header_timeout,
                     timeout=timeout,
