@@ -188,6 +188,11 @@ def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
     out: list[Span] = []
     drawn: set[int] = set()  # id() of the events drawn
     roots = sorted(children.get(None, []), key=_start)
+    # A span's copies (one log repeated, each copy an event of its own) share an id: each copy
+    # has all the copies' children, so they were sorted and stacked once per copy, n^2 (1,000
+    # copies of a 131-line log: minutes). Each parent id's children are sorted once, and a
+    # frame is a place in that list, stepping over the spans drawn since, as popping them did.
+    below_of: dict[int, _Below] = {}
     # Each round draws at least one span (a loop's earliest when no root is left), so at most
     # one round per span: a loop of parent ids once ended the report in a traceback.
     for _ in range(len(chosen)):
@@ -195,18 +200,48 @@ def trace_spans(events: Iterable[Event], trace_id: int) -> list[Span]:
             roots = sorted((e for e in chosen if id(e) not in drawn), key=_start)[:1]
             if not roots:
                 break
-        # Depth-first with an explicit stack: bounded by the number of events, never recursive.
-        stack: list[tuple[FinishedSpan, int]] = [(e, 0) for e in reversed(roots)]
+        # Depth-first with an explicit stack of (children, how many are left, depth): bounded by
+        # the number of events, never recursive.
+        stack: list[tuple[_Below, int, int]] = [(_Below(roots[::-1]), len(roots), 0)]
         roots = []
         while stack and len(out) <= len(chosen):
-            e, depth = stack.pop()
-            if id(e) in drawn:
+            below, left, depth = stack[-1]
+            at = below.undrawn(left - 1, drawn)
+            if at < 0:
+                stack.pop()
                 continue
+            stack[-1] = (below, at, depth)
+            e = below.spans[at]
             drawn.add(id(e))
             out.append(_span(e, depth))
-            below = sorted(children.get(e.span_id, []), key=_start, reverse=True)
-            stack.extend((c, depth + 1) for c in below)
+            if (mine := below_of.get(e.span_id)) is None:
+                mine = below_of[e.span_id] = _Below(
+                    sorted(children.get(e.span_id, []), key=_start, reverse=True)
+                )
+            stack.append((mine, len(mine.spans), depth + 1))
     return out
+
+
+class _Below:
+    """One parent id's children, latest start first (popped from the end), and a way past the
+    ones already drawn: each position links to one below it, shortened as it is walked."""
+
+    __slots__ = ("skip", "spans")
+
+    def __init__(self, spans: list[FinishedSpan]) -> None:
+        self.spans = spans
+        self.skip = list(range(-1, len(spans) - 1))  # a drawn span's position: where to look next
+
+    def undrawn(self, at: int, drawn: set[int]) -> int:
+        """The highest position at or below ``at`` whose span is not in ``drawn`` (``id()``s), -1 if none."""
+        spans, skip = self.spans, self.skip
+        walked = []
+        while at >= 0 and id(spans[at]) in drawn:
+            walked.append(at)
+            at = skip[at]
+        for passed in walked:  # drawn stays drawn: the next walk jumps straight here
+            skip[passed] = at
+        return at
 
 
 #: A waterfall's bar for a span outside its root's time (``outside``).
