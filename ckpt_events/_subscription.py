@@ -52,6 +52,10 @@ DEFAULT_BATCH_INTERVAL: Final = 0.01
 PROMPT_TYPES: Final = frozenset({OperationSpan, OperationFinished, CoordinateFinished, CollectionFinished})
 PROMPT_BURST: Final = 4
 PROMPT_REFILL: Final = 0.2
+#: A sink working through a backlog (a flood emitted in one loop turn) takes batch after batch
+#: without giving up the loop, as long as it has held it less than this (seconds): a cheap sink
+#: drains a flood whole, as fast as it came; a slow one lets the loop run between its batches.
+BACKLOG_HOLD: Final = 0.02
 
 
 class SinkStats(msgspec.Struct, frozen=True):
@@ -335,6 +339,7 @@ class Subscription:
         popleft = buffer.popleft
         watch = self._watch
         lingered = False
+        held_since = time.monotonic()  # when this task last gave the loop up
         while True:
             if not buffer:
                 if self.closed:
@@ -349,10 +354,12 @@ class Subscription:
                 lingered = False
                 # Let the woken emitter run on until it awaits, so batches grow.
                 await anyio.lowlevel.checkpoint()
+                held_since = time.monotonic()
                 continue
             if self.linger and not lingered and not self.closed and len(buffer) < self._batch_size:
                 lingered = True  # once per wake-up: what is left after a batch has waited already
                 await self._pause(self.linger, prompt=False)
+                held_since = time.monotonic()
                 continue
             # Feeding itself (see FED_ITSELF_BATCHES), even its full batches wait out the interval.
             full = len(buffer) >= self._batch_size and watch.fed_streak < FED_ITSELF_BATCHES
@@ -361,6 +368,7 @@ class Subscription:
                 wait = self._last_batch + self.batch_interval - now
                 if wait > 0 and not self._prompt_due(buffer, now):
                     await self._pause(wait, prompt=True)
+                    held_since = time.monotonic()
                     continue
                 self._last_batch = now
             count = min(len(buffer), self._batch_size)
@@ -400,13 +408,16 @@ class Subscription:
                 self._say_drops(buffer.dropped)
             if self._flush_waiters:
                 self._release_flushers()
-            if buffer:
-                # A backlog (a flood emitted in one turn, or a sink re-emitting what it sees):
-                # let the loop run before the next batch. A synchronous handle never yields by
-                # itself: a re-emitting sink held the loop for ever, and a MetricSink's 16 full
-                # batches of a flood (65,536 events) held it 450-730 ms, where one takes
-                # 30-75 ms. A yield costs a few us a batch.
+            # A synchronous handle never yields by itself. The buffer refilled while the sink
+            # handled its batch (a sink re-emitting what it sees, which held the loop for ever):
+            # the loop runs before the next batch. A backlog left (a flood emitted in one turn):
+            # once this task has held the loop BACKLOG_HOLD (a MetricSink's 16 full batches of a
+            # flood held it 450-730 ms, 30-75 ms each). Yielding after every batch of a backlog
+            # let an emitter of 8,192 events a turn outrun a sink taking 4,096 a turn: events
+            # dropped that a sink draining the backlog whole had delivered.
+            if len(buffer) > left or (buffer and time.monotonic() - held_since >= BACKLOG_HOLD):
                 await anyio.lowlevel.checkpoint()
+                held_since = time.monotonic()
 
     def _say_drops(self, dropped: int, *, closing: bool = False) -> None:
         """Say once that this sink's buffer was full (events dropped, counted in stats()), and as
