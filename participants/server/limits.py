@@ -107,10 +107,7 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         detail = f"request body over the {self.max_body_bytes}-byte bound"
-        body = encode(ErrorBody(error=ErrorDetail(code="payload_too_large", detail=detail)))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await _answer_error(send, 413, "payload_too_large", detail)
 
 
 #: The error code of the reply to a request the server's stop cut (not a protocol code: as
@@ -158,13 +155,16 @@ async def _answer_stop_cut(send: Send) -> None:
         "graceful-shutdown deadline passed, or its exit was forced); send it again once a "
         "server runs here"
     )
-    body = encode(ErrorBody(error=ErrorDetail(code=STOP_CUT_CODE, detail=detail)))
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await _answer_error(send, 503, STOP_CUT_CODE, detail, close=True)
+
+
+async def _answer_error(send: Send, status: int, code: str, detail: str, *, close: bool = False) -> None:
+    """Answer ``status`` with the protocol's error body (``close``: and ``Connection: close``)."""
+    body = encode(ErrorBody(error=ErrorDetail(code=code, detail=detail)))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
