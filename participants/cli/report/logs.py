@@ -15,10 +15,14 @@ An event read from two files (the same file named twice, a copy in two directori
 once, whatever the order of either file. Its identity (``identity``): for a span event, its
 type, trace id, span id and process (kind, instance, worker): a span id is 64 random bits
 drawn once per span, and a span writes one ``*Started`` and one ``*Finished`` event (a handle
-ends once), so two distinct events never share it. A counted event has no id: only one equal
-in every field (same process, same nanosecond, same values) is the same. Within one file
-nothing is dropped. While every file is in time order, an event's copy has its stamp, so only
-events whose stamps collide are compared (nothing kept, nothing per event). A file that goes
+ends once), so two distinct events never share it: a span event's second copy in the same file
+(a log joined to itself, a collector's file written twice) is dropped too, and counted per file
+(``LogProblems.copies``). A counted event has no id: only one equal in every field (same
+process, same nanosecond, same values) is the same, and within one file such an event is kept
+(a coarse clock gives two refusals one stamp): counted only where the file also held span
+copies (``LogProblems.equal_kept``), and said there. While every file is in time order, an
+event's copy has its stamp, so only events whose stamps collide are compared (nothing kept,
+nothing per event). A file that goes
 back in time (a clock that stepped back, or a file joined or copied out of order) sets
 ``LogProblems.disordered`` and is named in ``LogProblems.out_of_order``: read again with
 ``sort`` naming it, its events are sorted by time (in a window as long as the file went back
@@ -164,6 +168,11 @@ class LogProblems:
     unreadable: int = 0
     skipped: int = 0
     duplicates: int = 0
+    #: Per file, the span events dropped as a second copy of one read earlier in that file.
+    copies: dict[str, int] = field(default_factory=dict)
+    #: Per file, the counted events (no id) kept though equal in every field to one read earlier
+    #: in that file at that stamp: a repeat or a copy, nothing tells; said where ``copies`` is.
+    equal_kept: dict[str, int] = field(default_factory=dict)
     #: A file went back in time (a clock that stepped back): its copies need an ``exact`` read.
     disordered: bool = False
     #: The files that went back in time, by their index among the paths read: (name, how many
@@ -210,6 +219,15 @@ class LogProblems:
         self.refused_files += 1
         if len(self.refused) < SHOWN:
             self.refused.append(line)
+
+    def copy_in(self, path: str, event: CheckpointEvent) -> bool:
+        """Count ``event``, read again in ``path``, which read it before: whether to drop it
+        (a span event's copy), or keep it (a counted event: no id tells a copy from a repeat)."""
+        if isinstance(event, SpanEvent):
+            self.copies[path] = self.copies.get(path, 0) + 1
+            return True
+        self.equal_kept[path] = self.equal_kept.get(path, 0) + 1
+        return False
 
     def skip(self, line: str) -> None:
         self.skipped += 1
@@ -302,6 +320,8 @@ class LogProblems:
                 f"dropped {counted(self.duplicates, 'duplicate event')}: the same event in two "
                 "files (same type, trace, span and process) counts once"
             )
+        copied = {name: (n, self.equal_kept.get(name, 0)) for name, n in self.copies.items()}
+        out += _per_file(copied, _copies_line, "with copies of its own events")
         if self.unchecked:
             out.append(
                 f"{counted(self.unchecked, 'event')} out of time order by more than "
@@ -317,6 +337,21 @@ def _per_file(per_file: Mapping[str, T], line: Callable[[str, T], str], what: st
     if len(per_file) > SHOWN:
         out.append(f"... and {counted(len(per_file) - SHOWN, 'more file')} {what}")
     return out
+
+
+def _copies_line(path: str, counts: tuple[int, int]) -> str:
+    """One file's copies of its own events: the span events dropped, the counted events kept."""
+    copies, equal = counts
+    line = (
+        f"{path}: dropped {counted(copies, 'copy', 'copies')} of span events read earlier in the same file "
+        "(same type, trace, span and process: the log joined to itself, or written twice?): each counts once"
+    )
+    if equal:
+        line += (
+            f"; {counted(equal, 'counted event')} equal in every field to one before it kept (with no id, "
+            "a copy cannot be told from a repeat: their counts may be too high)"
+        )
+    return line
 
 
 def _unknown_line(path: str, types: dict[str | None, int]) -> str:
@@ -570,6 +605,7 @@ def merged_events(
     problems.sorted_files = frozenset(sort)
     windows: Mapping[int, int] = sort if isinstance(sort, Mapping) else {}
     paths = list(paths)
+    names = [str(p) for p in paths]
     # One open file per log while they merge: past what the process may open, the rest are
     # each read whole first (and closed), rather than refused with "Too many open files".
     budget = open_files_budget(len(paths))
@@ -589,7 +625,7 @@ def merged_events(
     add, calls_and_answers = (clocks.add, clocks.TYPES) if clocks is not None else (None, frozenset())
     if exact:
         # Events of one stamp (a coarse clock) in nesting order, not in their lines' order.
-        for event in _in_window(in_tie_order(merged), problems):
+        for event in _in_window(in_tie_order(merged), problems, names):
             problems.events += 1
             if add is not None and type(event) in calls_and_answers:
                 add(event)
@@ -625,15 +661,33 @@ def merged_events(
                 pending = entry
                 break
             group.append(entry)
-        keys: dict[Hashable, int] = {}  # identity -> the file it was first read from
-        for _, index, _, event in tie_ordered(group):
-            if keys.setdefault(identity(event), index) != index:
-                problems.duplicates += 1
-                continue
+        once = _first_copies(group, problems, names)
+        for _, _, _, event in tie_ordered(once) if len(once) > 1 else once:
             problems.events += 1
             if add is not None and type(event) in calls_and_answers:
                 add(event)
             yield event
+
+
+def _first_copies(group: list[_Entry], problems: LogProblems, names: Sequence[str]) -> list[_Entry]:
+    """The entries of one stamp (``group``, as read) each once: a copy from another file
+    dropped, and a span event's copy from its own file; counted in ``problems``. Before their
+    nesting order is read: a group holding a copy is kept as read (``tie_ordered``)."""
+    kept = []
+    keys: dict[Hashable, int] = {}  # identity -> the file it was first read from
+    for entry in group:
+        index, event = entry[1], entry[3]
+        key = identity(event)
+        first = keys.get(key)
+        if first is None:
+            keys[key] = index
+        elif first != index:
+            problems.duplicates += 1
+            continue
+        elif problems.copy_in(names[index], event):
+            continue
+        kept.append(entry)
+    return kept
 
 
 #: Descriptors left for everything else while logs are open (the report's output, sockets).
@@ -684,10 +738,13 @@ def nothing_read(logs: Sequence[str], paths: Sequence[Path], problems: LogProble
     return f"{', '.join(logs)} holds no checkpoint events ({read} read{also})"
 
 
-def _in_window(merged: Iterator[_Entry], problems: LogProblems) -> Iterator[CheckpointEvent]:
+def _in_window(
+    merged: Iterator[_Entry], problems: LogProblems, names: Sequence[str]
+) -> Iterator[CheckpointEvent]:
     """Drop an event whose identity one of the last ``DEDUP_EVENTS`` events from another file
-    had, in any order. An event whose stamp lies within a forgotten run of stamps (each run
-    nondecreasing, as the merge wrote them) may have had its copy forgotten: counted."""
+    had, in any order, and a span event whose identity one from its own file had. An event
+    whose stamp lies within a forgotten run of stamps (each run nondecreasing, as the merge
+    wrote them) may have had its copy forgotten: counted."""
     seen: dict[Hashable, int] = {}  # identity -> the file it was first read from
     kept: deque[tuple[int, Hashable]] = deque()  # (time, identity), oldest first
     forgotten: list[list[int]] = []  # [first, last] stamp of each forgotten run
@@ -701,7 +758,8 @@ def _in_window(merged: Iterator[_Entry], problems: LogProblems) -> Iterator[Chec
             if first != index:
                 problems.duplicates += 1
                 continue
-            yield event
+            if not problems.copy_in(names[index], event):
+                yield event
             continue
         if forgotten and low <= time_ns <= high and any(a <= time_ns <= b for a, b in forgotten):
             problems.unchecked += 1
