@@ -73,3 +73,22 @@ def test_counted_copies_are_kept_and_said(tmp_path: Path, capsys: pytest.Capture
             "cannot be told from a repeat: their counts may be too high)"
         )
     ]
+
+
+def test_copies_in_file_and_across_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The log three times in one file beside it once in another (the ``exact`` read): each
+    span event once, the copies in the file and across files each said."""
+    log = b"".join(_spans_only())
+    single, thrice = tmp_path / "single.jsonl", tmp_path / "thrice.jsonl"
+    (tmp_path / "again").mkdir()
+    other = tmp_path / "again" / "single.jsonl"
+    single.write_bytes(log)
+    other.write_bytes(log)
+    thrice.write_bytes(log * 3)
+    alone, _ = _report(single, capsys)
+    assert main(["report", str(thrice), str(other)]) == 0
+    out, err = capsys.readouterr()
+    assert out == alone.replace("(1 log file)", "(2 log files)", 1)
+    spans = len(_spans_only())
+    assert f"dropped {spans} duplicate events: the same event in two files" in err
+    assert _copies_line(thrice, 2 * spans) in err.splitlines()
