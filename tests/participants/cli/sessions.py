@@ -1,11 +1,12 @@
 """The command line run as a process, as the signal and lifecycle tests share it: ``CLI``, the
-tree it runs on, a session led by it, and a bounded wait."""
+tree it runs on, a session led by it, a bounded wait, and whether a port accepts a connection."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,13 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def accepts(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 accepts a connection (within 0.2 s)."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
+
+
 @contextlib.contextmanager
 def session(
     argv: list[str],
@@ -45,15 +53,17 @@ def session(
     prefix: tuple[str, ...] = (),
     stdout: Output | None = None,
     stderr: Output | None = None,
+    command: list[str] = CLI,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the CLI (behind ``prefix``, e.g. ``nohup``) as the leader of its own process group,
-    ``env`` over this environment; stdout and stderr to ``tmp_path / "out"`` and ``"err"`` unless
-    given. The group is killed on the way out."""
+    """Run ``command`` (the CLI unless given; behind ``prefix``, e.g. ``nohup``) with ``argv`` as
+    the leader of its own process group, ``env`` over this environment; stdout and stderr to
+    ``tmp_path / "out"`` and ``"err"`` unless given (``subprocess.PIPE`` gives a pipe, closed on
+    the way out). The group is killed on the way out."""
     with contextlib.ExitStack() as files:
         out = stdout if stdout is not None else files.enter_context(open(tmp_path / "out", "wb"))
         err = stderr if stderr is not None else files.enter_context(open(tmp_path / "err", "wb"))
         proc = subprocess.Popen(
-            [*prefix, *CLI, *argv],
+            [*prefix, *command, *argv],
             cwd=ROOT,
             stdout=out,
             stderr=err,
@@ -67,3 +77,6 @@ def session(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
