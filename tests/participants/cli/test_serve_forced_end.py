@@ -16,10 +16,9 @@ import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
 from ckpt_events.participants.server.interrupts import REPEATED_SIGNAL
+from tests.participants.cli.sessions import accepts, session, wait_for
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[3]
 
 #: ``ckpt-events`` sending itself a signal (``$THEN_SIGNAL``) as ``asyncio.run`` starts its cleanup
 #: after uvicorn's ``serve()`` ended by a forced exit (its lifespan's task left to cancel): a
@@ -50,39 +49,21 @@ def test_a_signal_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path:
     token = write_token_file(tmp_path / "token", "signal-test-token")
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl"), "THEN_SIGNAL": str(int(then))}
-    with open(tmp_path / "err", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SIGTERM_AS_SERVE_HAS_ENDED, *argv],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, (tmp_path / "err").read_text()
-                assert time.monotonic() < deadline, "serve did not listen within 30 s"
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                    break
-                time.sleep(0.02)
-            with socket.create_connection(("127.0.0.1", port), 5) as held:
-                held.sendall(
-                    b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
-                    b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
-                )
-                time.sleep(0.1)
-                os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the graceful stop, held by the request
-                time.sleep(REPEATED_SIGNAL + 0.1)
-                os.kill(proc.pid, signal.SIGINT)  # Ctrl-C again: the exit is forced
-                proc.wait(20)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl"), "THEN_SIGNAL": str(int(then))}
+    program = [sys.executable, "-c", SIGTERM_AS_SERVE_HAS_ENDED]
+    with session(argv, tmp_path, env, stdout=subprocess.DEVNULL, command=program) as proc:
+        wait_for(lambda: proc.poll() is not None or accepts(port), 30, "serve to listen")
+        assert proc.poll() is None, (tmp_path / "err").read_text()
+        with socket.create_connection(("127.0.0.1", port), 5) as held:
+            held.sendall(
+                b"POST /work/start HTTP/1.1\r\nhost: x\r\nauthorization: Bearer signal-test-token\r\n"
+                b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+            )
+            time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: the graceful stop, held by the request
+            time.sleep(REPEATED_SIGNAL + 0.1)
+            os.kill(proc.pid, signal.SIGINT)  # Ctrl-C again: the exit is forced
+            proc.wait(20)
     lines = (tmp_path / "err").read_text().splitlines()
     assert (proc.returncode, lines) == (
         130,
@@ -94,10 +75,6 @@ def test_a_signal_after_a_forced_exit_ended_serve_leaves_its_line_said(tmp_path:
     )
 
 
-#: The command line as the ``ckpt-events`` script runs it: ``main()`` reads the process's argv.
-SCRIPT = "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())"
-
-
 def test_a_second_ctrl_c_as_serve_exits_after_its_line_is_the_same_stop(tmp_path: Path) -> None:
     """Ctrl-C, then Ctrl-C again 0.1 s after serve said its line (pressed twice quickly): the
     second landed in the interpreter's exit (about 0.17 s after the line), where ``main`` had
@@ -106,24 +83,10 @@ def test_a_second_ctrl_c_as_serve_exits_after_its_line_is_the_same_stop(tmp_path
     token = write_token_file(tmp_path / "token", "signal-test-token")
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token)]
-    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, *argv],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "serve ended before it listened"
-            assert time.monotonic() < deadline, "serve did not listen within 30 s"
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            time.sleep(0.02)
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
+    with session(argv, tmp_path, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+        wait_for(lambda: proc.poll() is not None or accepts(port), 30, "serve to listen")
+        assert proc.poll() is None, "serve ended before it listened"
         assert proc.stderr is not None
         os.kill(proc.pid, signal.SIGINT)
         line = proc.stderr.readline()  # its line said: the process is on its way out
@@ -132,10 +95,4 @@ def test_a_second_ctrl_c_as_serve_exits_after_its_line_is_the_same_stop(tmp_path
             os.kill(proc.pid, signal.SIGINT)
         rest = proc.stderr.read()
         proc.wait(20)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
     assert (proc.returncode, line, rest) == (130, b"ckpt-events serve: interrupted\n", b"")

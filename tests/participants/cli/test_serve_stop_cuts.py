@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,11 +18,10 @@ import pytest
 
 from ckpt_events.participants.cli.fleet import free_port, write_token_file
 from ckpt_events.participants.server.limits import STOP_CUT_CODE
+from tests.participants.cli.sessions import session, wait_for
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = "import sys; from ckpt_events.participants.cli.main import main; sys.exit(main())"
 TOKEN = "signal-test-token"
 
 
@@ -35,30 +33,22 @@ def test_a_request_cut_at_the_shutdown_deadline_is_answered_503_and_closed(tmp_p
     token = write_token_file(tmp_path / "token", TOKEN)
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token), "--step-seconds", "8"]
-    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, *argv],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
     replies: list[httpx.Response] = []
     episode = {"rollout_id": "r1", "attempt": 1}
     headers = {"authorization": f"Bearer {TOKEN}"}
-    try:
+    started: list[httpx.Response] = []
+
+    def start(client: httpx.Client) -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            started.append(client.post("/work/start", json={**episode, "steps": 3}))
+        return bool(started)
+
+    with session(argv, tmp_path, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=20) as client:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, "serve ended before it served"
-                assert time.monotonic() < deadline, "serve did not serve within 30 s"
-                with contextlib.suppress(httpx.TransportError):
-                    started = client.post("/work/start", json={**episode, "steps": 3})
-                    break
-                time.sleep(0.05)
-            assert started.status_code == 200, started.text
+            wait_for(lambda: proc.poll() is not None or start(client), 30, "serve to serve")
+            assert proc.poll() is None, "serve ended before it served"
+            assert started[0].status_code == 200, started[0].text
             advancing = threading.Thread(
                 target=lambda: replies.append(client.post("/work/advance", json=episode))
             )
@@ -69,12 +59,6 @@ def test_a_request_cut_at_the_shutdown_deadline_is_answered_503_and_closed(tmp_p
         assert proc.stderr is not None
         err = proc.stderr.read().decode()
         proc.wait(20)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
     [reply] = replies
     assert (reply.status_code, reply.headers.get("connection")) == (503, "close"), reply.text
     assert json.loads(reply.content)["error"]["code"] == STOP_CUT_CODE
@@ -97,49 +81,36 @@ def test_a_quiet_stop_with_a_stopped_worker_is_one_line_saying_it_is_not_counted
     token = write_token_file(tmp_path / "token", TOKEN)
     port = free_port()
     argv = ["serve", "environment", "--port", str(port), "--token-file", str(token), "--workers", "2"]
-    env = {**os.environ, "CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, *argv],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
+    env = {"CKPT_EVENTS_JSONL": str(tmp_path / "events.jsonl")}
     workers: list[int] = []
     headers = {"authorization": f"Bearer {TOKEN}"}
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=5) as client:
-            deadline = time.monotonic() + 30
-            while True:
+
+    def served(client: httpx.Client) -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            status = client.get("/ng-control/v1/checkpoint/status").json()
+            return len(status["workers"]) == 2 and all(w["connected"] and w["url"] for w in status["workers"])
+        return False
+
+    with session(argv, tmp_path, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=5) as client:
+                wait_for(
+                    lambda: proc.poll() is not None or served(client), 30, "serve and its workers to serve"
+                )
                 assert proc.poll() is None, "serve ended before it served"
-                assert time.monotonic() < deadline, "serve and its workers did not serve within 30 s"
-                with contextlib.suppress(httpx.TransportError):
-                    status = client.get("/ng-control/v1/checkpoint/status").json()
-                    if len(status["workers"]) == 2 and all(
-                        w["connected"] and w["url"] for w in status["workers"]
-                    ):
-                        break
-                time.sleep(0.05)
-        workers = _children(proc.pid)
-        assert len(workers) == 2, workers
-        os.kill(workers[0], signal.SIGSTOP)
-        time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGINT)
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode()
-        proc.wait(20)
-        left = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
-    finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+            workers = _children(proc.pid)
+            assert len(workers) == 2, workers
+            os.kill(workers[0], signal.SIGSTOP)
+            time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGINT)
+            assert proc.stderr is not None
+            err = proc.stderr.read().decode()
+            proc.wait(20)
+            left = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+        finally:
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
     assert proc.returncode == 130, err
     assert re.fullmatch(
         r"ckpt-events serve: interrupted; worker [01] did not say what its own port cut \(not counted\)\n",

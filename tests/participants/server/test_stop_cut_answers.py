@@ -17,10 +17,9 @@ import pytest
 
 from ckpt_events.participants.cli.fleet import free_port
 from ckpt_events.participants.server.limits import STOP_CUT_CODE
+from tests.participants.cli.sessions import accepts, session, wait_for
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[3]
 
 _APP = """
 import asyncio, sys
@@ -66,29 +65,19 @@ def _read_all(sock: socket.socket) -> bytes:
     return data
 
 
-def test_only_a_request_cut_before_its_response_started_is_answered_503() -> None:
+def test_only_a_request_cut_before_its_response_started_is_answered_503(tmp_path: Path) -> None:
     """At the shutdown deadline: a body still arriving (length given, and chunked through
     ``BodyLimit``'s count) is answered 503 ``server_stopping``, ``Connection: close``; a
     handler that catches the cancellation keeps its own 200; a stream cut mid-body is left as
     it is: one response start, its chunked body unterminated (here Starlette's stream ends
     without raising, so the middleware's own check of a started response is not reached)."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _APP, str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, "the server ended before it served"
-            assert time.monotonic() < deadline, "the server did not listen within 20 s"
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            time.sleep(0.05)
+    program = [sys.executable, "-c", _APP]
+    with session(
+        [str(port)], tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, command=program
+    ) as proc:
+        wait_for(lambda: proc.poll() is not None or accepts(port), 20, "the server to listen")
+        assert proc.poll() is None, "the server ended before it served"
         host = b"Host: x\r\n"
         requests = {
             "length": b"POST /upload HTTP/1.1\r\n" + host + b"Content-Length: 1000\r\n\r\n" + b"x" * 10,
@@ -110,12 +99,6 @@ def test_only_a_request_cut_before_its_response_started_is_answered_503() -> Non
         assert proc.stderr is not None
         err = proc.stderr.read().decode()
         proc.wait(10)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
     for name in ("length", "chunked"):
         head, _, answer = got[name].partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close" in head, got[name]
