@@ -328,23 +328,26 @@ def _bench_of(
     return subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=300, check=False)
 
 
+#: An app whose startup (its lifespan) raises, line 7 of its file.
+LIFESPAN_RAISES = (
+    "from contextlib import asynccontextmanager\n"
+    "from fastapi import FastAPI\n"
+    "from ckpt_events.participants.fastapi import instrument\n\n"
+    "@asynccontextmanager\n"
+    "async def lifespan(app):\n"
+    "    raise RuntimeError('database unreachable')\n"
+    "    yield\n\n"
+    "app = FastAPI(lifespan=lifespan)\n"
+    "instrument(app, kind='judge', instance='judge-0')\n"
+)
+
+
 @pytest.mark.slow
 def test_an_app_whose_startup_fails_shows_why(tmp_path: Path) -> None:
     """uvicorn exits 3 when the app's startup fails, the code the bench took for its own one-line
     refusals: it showed only uvicorn's "Application startup failed. Exiting." The cause now
     shows, from the server's log."""
-    source = (
-        "from contextlib import asynccontextmanager\n"
-        "from fastapi import FastAPI\n"
-        "from ckpt_events.participants.fastapi import instrument\n\n"
-        "@asynccontextmanager\n"
-        "async def lifespan(app):\n"
-        "    raise RuntimeError('database unreachable')\n"
-        "    yield\n\n"
-        "app = FastAPI(lifespan=lifespan)\n"
-        "instrument(app, kind='judge', instance='judge-0')\n"
-    )
-    run = _bench_of(tmp_path, source, "GET /x")
+    run = _bench_of(tmp_path, LIFESPAN_RAISES, "GET /x")
     assert run.returncode == 1
     assert "did not start" in run.stderr and "RuntimeError: database unreachable" in run.stderr, run.stderr
 
@@ -840,15 +843,7 @@ def test_a_route_that_emits_no_event_has_no_ratio(tmp_path: Path) -> None:
     ("source", "message"),
     [
         (
-            "from contextlib import asynccontextmanager\n"
-            "from fastapi import FastAPI\n"
-            "from ckpt_events.participants.fastapi import instrument\n\n"
-            "@asynccontextmanager\n"
-            "async def lifespan(app):\n"
-            "    raise RuntimeError('database unreachable')\n"
-            "    yield\n\n"
-            "app = FastAPI(lifespan=lifespan)\n"
-            "instrument(app, kind='judge', instance='judge-0')\n",
+            LIFESPAN_RAISES,
             "its startup (lifespan) raised RuntimeError: database unreachable (routes.py, line 7)",
         ),
         (
