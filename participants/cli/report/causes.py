@@ -269,10 +269,10 @@ def causes_of(
 
 def shown(causes: Sequence[str], over: int) -> list[str]:
     """The first ``CAUSES_SHOWN`` of ``causes``, then ``... and N more`` for the rest and the
-    ``over`` counted past ``KEPT_CAUSES``."""
-    more = (
-        [f"... and {len(causes) - CAUSES_SHOWN + over:,} more"] if len(causes) + over > CAUSES_SHOWN else []
-    )
+    ``over`` counted past ``KEPT_CAUSES`` (all of them when fewer causes than that are shown:
+    1 cause and 1,000 over said "... and 997 more")."""
+    rest = max(len(causes) - CAUSES_SHOWN, 0) + over
+    more = [f"... and {rest:,} more"] if rest > 0 else []
     return [*causes[:CAUSES_SHOWN], *more]
 
 

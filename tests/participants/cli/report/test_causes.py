@@ -544,7 +544,8 @@ def test_shown_keeps_the_first_causes_and_counts_the_rest_and_those_over() -> No
     causes = [f"cause {i}" for i in range(CAUSES_SHOWN + 2)]
     assert shown(causes[:CAUSES_SHOWN], 0) == causes[:CAUSES_SHOWN]
     assert shown(causes, 0) == [*causes[:CAUSES_SHOWN], "... and 2 more"]
-    assert shown(causes[:1], 1_000) == ["cause 0", "... and 997 more"]
+    assert shown(causes[:1], 1_000) == ["cause 0", "... and 1,000 more"]
+    assert shown(causes, 1_000) == [*causes[:CAUSES_SHOWN], "... and 1,002 more"]
     assert shown([], 0) == []
 
 
