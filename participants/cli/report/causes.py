@@ -67,6 +67,7 @@ __all__ = [
     "causes_of",
     "is_refusal",
     "open_causes",
+    "repeated",
     "shown",
     "never_finished_line",
     "unfinished_causes",
@@ -211,11 +212,18 @@ class OwnOperations:
 @dataclass
 class CheckpointCauses:
     """The counted events that name a cause, by checkpoint id: the first ``KEPT_CAUSES`` read
-    are kept, the rest only counted (``over``)."""
+    are kept, the rest only counted (``over``). An event equal in every field to one kept (of the
+    same trace) is counted beside it, wherever it comes: a counted event has no id, so a copy (the
+    log joined to itself) and a real repeat stamped alike are one cause, said with its count (the
+    stall demo's log 1,000 times in one file said its cause 4 times "... and 996 more")."""
 
     kept: dict[str, list[CauseEvent]] = field(default_factory=dict)
     #: Beside each kept event, the trace it belongs to (``OwnOperations``), if known.
     kept_traces: dict[str, list[int | None]] = field(default_factory=dict)
+    #: Beside each kept event, how many events equal to it (of the same trace) were read.
+    kept_counts: dict[str, list[int]] = field(default_factory=dict)
+    #: Per checkpoint id, each kept (event, trace) with its place in ``kept``.
+    kept_at: dict[str, dict[tuple[CauseEvent, int | None], int]] = field(default_factory=dict)
     over: Counter[str] = field(default_factory=Counter)
     #: ``over`` by (checkpoint id, start of the latest root naming it read before, the trace it
     #: belongs to if known): an id reused by a later run counts its flood on that run's row, not
@@ -228,10 +236,16 @@ class CheckpointCauses:
         """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES`` (``since``: the
         start of the latest root span naming that id read before it; ``trace``: the trace it
         belongs to, if known)."""
+        at = self.kept_at.setdefault(checkpoint_id, {})
+        if (index := at.get((e, trace))) is not None:  # a copy or a repeat of one kept
+            self.kept_counts[checkpoint_id][index] += 1
+            return
         kept = self.kept.setdefault(checkpoint_id, [])
         if len(kept) < KEPT_CAUSES:
+            at[(e, trace)] = len(kept)
             kept.append(e)
             self.kept_traces.setdefault(checkpoint_id, []).append(trace)
+            self.kept_counts.setdefault(checkpoint_id, []).append(1)
         else:  # a flood naming one checkpoint: counted, never kept
             self.over[checkpoint_id] += 1
             self.over_since[(checkpoint_id, since, trace)] += 1
@@ -240,15 +254,27 @@ class CheckpointCauses:
         """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""
         return self.kept.get(checkpoint_id, []) if checkpoint_id else []
 
-    def traced(self, checkpoint_id: str | None) -> list[tuple[CauseEvent, int | None]]:
-        """The events kept for ``checkpoint_id``, each with the trace it belongs to, if known."""
+    def traced(self, checkpoint_id: str | None) -> list[tuple[CauseEvent, int | None, int]]:
+        """The events kept for ``checkpoint_id``, each with the trace it belongs to, if known,
+        and how many events equal to it were read (itself included)."""
         if not checkpoint_id:
             return []
-        return list(zip(self.of(checkpoint_id), self.kept_traces.get(checkpoint_id, []), strict=True))
+        return list(
+            zip(
+                self.of(checkpoint_id),
+                self.kept_traces.get(checkpoint_id, []),
+                self.kept_counts.get(checkpoint_id, []),
+                strict=True,
+            )
+        )
 
 
 def causes_of(
-    traces: Sequence[TraceCauses], events: Sequence[CauseEvent], *, clocks_agree: bool = True
+    traces: Sequence[TraceCauses],
+    events: Sequence[CauseEvent],
+    *,
+    clocks_agree: bool = True,
+    counts: Sequence[int] | None = None,
 ) -> tuple[list[str], bool]:
     """A row's causes from its ``traces`` and the counted ``events`` kept for its checkpoint,
     in time order (a controller error that only follows from a failure below it is said when
@@ -258,13 +284,27 @@ def causes_of(
     Without ``clocks_agree`` (a participant of the row answered outside the controller's call:
     a clock no one shift aligns), stamps of two processes do not order them: the causes that
     aborted it come first, each kind in time order (a lease expiry stamped 5 s late by a clock
-    that stepped came after the refusals that followed from it, and was cut from the row)."""
+    that stepped came after the refusals that followed from it, and was cut from the row).
+
+    ``counts``: beside each of ``events``, how many equal to it were read (1 each if not given).
+    A cause said more than once (copies of an event, or events alike) is said once, at its first
+    time, with its count (``repeated``)."""
     timed, recorded, following = _span_causes(traces)
     counted_causes, aborted_by = _counted_causes(traces, events, recorded)
-    aborting = {c for _, c, aborts in counted_causes if aborts}
-    timed += [(at, c) for at, c, _ in counted_causes]
-    timed.sort(key=lambda c: c[0] if clocks_agree else (c[1] not in aborting, c[0]))
-    return [c for _, c in timed] or following, aborted_by
+    aborting = {c for _, c, aborts, _ in counted_causes if aborts}
+    ones = [(at, c, 1) for at, c in timed]
+    ones += [(at, c, (1 if counts is None else counts[i])) for at, c, _, i in counted_causes]
+    ones.sort(key=lambda c: c[0] if clocks_agree else (c[1] not in aborting, c[0]))
+    said: dict[str, int] = {}
+    for _, c, n in ones:
+        said[c] = said.get(c, 0) + n
+    return [repeated(c, n) for c, n in said.items()] or following, aborted_by
+
+
+def repeated(cause: str, n: int) -> str:
+    """``cause``, with how many times the logs said it when more than once: ``... (x1,000 in the
+    logs: copies, or events alike)``."""
+    return cause if n <= 1 else f"{cause} (x{n:,} in the logs: copies, or events alike)"
 
 
 def shown(causes: Sequence[str], over: int) -> list[str]:
@@ -328,24 +368,26 @@ def never_finished_line(spans: Iterable[StartedSpan]) -> str:
 
 def _counted_causes(
     traces: Sequence[TraceCauses], events: Sequence[CauseEvent], recorded: Sequence[str]
-) -> tuple[list[tuple[int, str, bool]], bool]:
-    """(time, cause, whether it aborted the checkpoint) of the counted ``events`` kept for a
-    row's checkpoint (a refusal the controller ``recorded`` is said by its record), and whether
-    one aborted it."""
+) -> tuple[list[tuple[int, str, bool, int]], bool]:
+    """(time, cause, whether it aborted the checkpoint, the event's place in ``events``) of the
+    counted ``events`` kept for a row's checkpoint (a refusal the controller ``recorded`` is said
+    by its record), and whether one aborted it."""
     prepares: dict[str, int] = {}
     workers: dict[str, tuple[str, int]] = {}
     for trace in traces:
         for who, at in trace.prepares.items():
             prepares[who] = min(at, prepares.get(who, at))
         workers.update(trace.not_ready_workers)
-    timed: list[tuple[int, str, bool]] = []
+    timed: list[tuple[int, str, bool, int]] = []
     aborted_by = False
-    for e in events:
+    for i, e in enumerate(events):
         match e:
             case LeaseExpired():
                 since = e.time_ns - prepares[who_wrote(e)] if who_wrote(e) in prepares else None
                 after = "" if since is None else f", {since / 1e9:.1f} s after its prepare"
-                timed.append((e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}", True))
+                timed.append(
+                    (e.time_ns, f"lease expired on {who_wrote(e)} in phase {e.phase}{after}", True, i)
+                )
                 aborted_by = True
             case PrepareNotReady():
                 blocked = (
@@ -357,14 +399,14 @@ def _counted_causes(
                     episodes = e.blockers - stuck[1]
                     also = f" and {counted(episodes, 'episode')}" if episodes > 0 else ""
                     blocked = f"not ready at its deadline: {who_wrote(e)} blocked by {stuck[0]}{also}"
-                timed.append((e.time_ns, blocked, True))
+                timed.append((e.time_ns, blocked, True, i))
                 aborted_by = True
             case Refused():
                 status = HTTP_STATUS.get(e.code)
                 refused = f"{who_wrote(e)} refused: {e.code}" + ("" if status is None else f" ({status})")
                 # The controller's record of the same refusal says more (its detail, when).
                 if not any(c.startswith(refused) for c in recorded):
-                    timed.append((e.time_ns, refused, False))
+                    timed.append((e.time_ns, refused, False, i))
     return timed, aborted_by
 
 

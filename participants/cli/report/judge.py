@@ -15,6 +15,7 @@ from ckpt_events.participants.cli.report.causes import (
     causes_of,
     never_finished_line,
     open_causes,
+    repeated,
     shown,
     unfinished_causes,
 )
@@ -68,21 +69,25 @@ def judge(
     if row.paused_span is None and mine and all(t.refused_prepares and not t.prepare_starts for t in mine):
         row.paused_ms = 0.0  # every prepare refused: it paused nobody (another held the fleet)
     events: list[CauseEvent] = []
-    doubtful: list[str] = []
-    for e, trace in fold.causes.traced(row.checkpoint_id):
+    counts: list[int] = []
+    # Each cause in doubt once, with how many events said it (copies, or events alike).
+    doubtful: dict[str, int] = {}
+    for e, trace, n in fold.causes.traced(row.checkpoint_id):
         if owner_in_doubt(candidates := rows_of(same_id, trace), e, clocks):
             if row in candidates and may_cause(e, row):
                 # Said on each row it may be of, as such: never a cause given to the wrong one.
                 (said,), _ = causes_of([], [e])
-                doubtful.append(
+                said = (
                     f"{said}, of this {row.what} or another of {short_id(row.checkpoint_id)} "
                     f"({who_wrote(e)}'s "
                     "clock is not known to agree with the controller's)"
                 )
+                doubtful[said] = doubtful.get(said, 0) + n
         elif owner_of(same_id, e, trace) is row:
             events.append(e)
-    causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree)
-    causes += doubtful
+            counts.append(n)
+    causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree, counts=counts)
+    causes += [repeated(said, n) for said, n in doubtful.items()]
     unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
     if unread and len(ends) + len(unread) == len(row.roots):
         # Its end was another version's event (a newer outcome, a type this one does not

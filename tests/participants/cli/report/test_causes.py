@@ -538,6 +538,46 @@ def test_past_kept_causes_a_checkpoints_counted_events_are_only_counted() -> Non
     assert causes.of(None) == [] and causes.of("") == [] and causes.of("c3") == []
 
 
+def test_copies_of_a_kept_cause_are_counted_beside_it_wherever_they_come() -> None:
+    """An event equal in every field to one kept (of the same trace) takes no place of its own,
+    before ``KEPT_CAUSES`` or past it: a log joined to itself kept 64 copies of one refusal and
+    counted the rest as more causes. One of another trace, or stamped apart, is its own."""
+    causes = CheckpointCauses()
+    copy = Refused("agent", "agent-0", 5, ErrorCode.STALE_ATTEMPT, "c1")
+    flood = [
+        Refused("agent", "agent-0", t, ErrorCode.STALE_ATTEMPT, "c1") for t in range(100, 100 + KEPT_CAUSES)
+    ]
+    causes.add("c1", copy, trace=7)
+    for e in flood:
+        causes.add("c1", e, trace=7)
+        causes.add("c1", copy, trace=7)
+    causes.add("c1", copy, trace=8)
+    assert causes.of("c1") == [copy, *flood[: KEPT_CAUSES - 1]]
+    assert causes.traced("c1")[0] == (copy, 7, KEPT_CAUSES + 1)
+    assert [n for _, _, n in causes.traced("c1")[1:]] == [1] * (KEPT_CAUSES - 1)
+    assert causes.over == {"c1": 2}  # flood's last, and the copy of trace 8
+
+
+def test_a_cause_said_more_than_once_is_said_once_with_its_count() -> None:
+    """The same clause from copies (``counts``) or from events alike stamped apart is said once,
+    at its first time, with how many times the logs said it; distinct causes keep their order."""
+    trace = TraceCauses(prepares={"environment/environment-0": 0})
+    stalled = PrepareNotReady("environment", "environment-0", 3_000, 1, "c1")
+    again = PrepareNotReady("environment", "environment-0", 9_000, 1, "c1")
+    refused = Refused("agent", "agent-0", 5_000, ErrorCode.STALE_ATTEMPT, "c1")
+    said, aborted = causes_of([trace], [stalled, refused, again], counts=[999, 1, 1])
+    assert aborted
+    assert said == [
+        "not ready at its deadline: environment/environment-0 blocked by 1 episode "
+        "(x1,000 in the logs: copies, or events alike)",
+        "agent/agent-0 refused: stale_attempt (409)",
+    ]
+    assert causes_of([trace], [stalled, refused])[0] == [
+        "not ready at its deadline: environment/environment-0 blocked by 1 episode",
+        "agent/agent-0 refused: stale_attempt (409)",
+    ]
+
+
 def test_shown_keeps_the_first_causes_and_counts_the_rest_and_those_over() -> None:
     """At most ``CAUSES_SHOWN`` causes, then ``... and N more`` counting the rest and those past
     ``KEPT_CAUSES``."""
@@ -713,10 +753,17 @@ def test_a_refusal_is_said_on_its_own_restore_whatever_its_participants_clock(
 
 def test_a_flood_of_refusals_is_counted_on_its_own_restore_whatever_its_participants_clock() -> None:
     """Past ``KEPT_CAUSES``, agent-0's refusals of the first restore, stamped 2 minutes ahead,
-    were counted as '... and N more' on the second restore's row; they are the first's."""
+    were counted as '... and N more' on the second restore's row; they are the first's. The
+    kept ones (c1's first 64 events: model-0's refusal, then 63 of agent-0's, each stamped apart)
+    are one cause said with its count, the rest counted after it."""
     events = anyio.run(_two_failed_restores, 120, KEPT_CAUSES + 10)
     first, second = overview(sorted(events, key=event_time)).rows
-    assert first.causes[-1] == f"... and {KEPT_CAUSES + 10 + 2 - CAUSES_SHOWN:,} more", first.causes
+    kept = KEPT_CAUSES - 1
+    assert first.causes[2:] == [
+        "agent/agent-0 refused: invalid_checkpoint_state (422) "
+        f"(x{kept} in the logs: copies, or events alike)",
+        f"... and {KEPT_CAUSES + 10 - kept:,} more",
+    ], first.causes
     assert not any(c.startswith("...") for c in second.causes), second.causes
 
 
@@ -759,6 +806,15 @@ def test_a_refusal_no_clock_places_is_said_as_of_either_restore_never_of_one() -
     for row in (first, second):
         assert plain not in row.causes, row.causes
         assert any(c.startswith(f"{plain}, of this restore or another of c1") for c in row.causes), row.causes
+    # Its copy (the log joined to itself) is the same cause in doubt: said once, counted.
+    copied = overview(
+        sorted([*events, *(e for e in events if isinstance(e, Refused))], key=event_time), clocks=clocks
+    )
+    for row in copied.rows:
+        in_doubt = [c for c in row.causes if c.startswith(f"{plain}, of this restore or another of c1")]
+        assert len(in_doubt) == 1 and in_doubt[0].endswith(" (x2 in the logs: copies, or events alike)"), (
+            row.causes
+        )
     # Nor is it counted in either row's detail as that row's.
     run = overview(events, clocks=clocks)
     details = run.details(run.rows)

@@ -49,3 +49,24 @@ def test_repeated_log_work_grows_with_lines(
     assert small > 0
     # Linear: 4x (the log's own spans, once each, keep it a little under); n^2 was 15.9x.
     assert large / small < 6, (small, large)
+
+
+def test_a_repeated_logs_cause_is_said_once_with_its_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's stall log 100 times in one file: its ``prepare_not_ready`` (no id: its copies
+    are kept) was said 4 times then "... and 96 more", the same clause each time; it is said once,
+    counted, in the terminal and on the HTML run page (100 copies: past ``KEPT_CAUSES`` too)."""
+    log = tmp_path / "repeated.jsonl"
+    log.write_bytes(DEMO_STALL.read_bytes() * 100)
+    page = tmp_path / "report.html"
+    assert main(["report", str(log), "--report", str(page)]) == 0
+    cause = (
+        "not ready at its deadline: environment/environment-0 blocked by 1 episode "
+        "(x100 in the logs: copies, or events alike)"
+    )
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#1 ")]
+    assert lines == [f"#1 checkpoint aborted: {cause}"]
+    html = page.read_text()
+    assert html.count("not ready at its deadline") == html.count(cause) == 2, html.count("not ready")
+    assert "more" not in html.split(cause)[1][:40]
