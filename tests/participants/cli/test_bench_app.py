@@ -602,7 +602,7 @@ def test_too_little_cpu_to_measure_is_refused(tmp_path: Path) -> None:
     assert last.startswith(
         "ckpt-events bench: too little CPU to measure per request: the off server used "
     ), last
-    assert "clock ticks" in last and last.endswith("use a longer --duration, or more --connections"), last
+    assert "clock tick" in last and last.endswith("use a longer --duration, or more --connections"), last
     assert not (tmp_path / "out.json").exists()
 
 
