@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ckpt_events import CheckpointEvent, Event
 from ckpt_events.participants.cli.report.attribution import Attribution, attribute
-from ckpt_events.participants.cli.report.cancels import is_cancelled, mark
+from ckpt_events.participants.cli.report.cancels import CANCELLED_MARK, is_cancelled, mark
 from ckpt_events.participants.cli.report.failures import failure_lines
 from ckpt_events.participants.cli.report.folding import Folded, Row, error_type, waterfall_rows
 from ckpt_events.participants.cli.report.model import (
@@ -110,7 +110,7 @@ def render(
         console.print(render_waterfall(spans, console.width, title=heading, kinds=kinds))
         # Why its failed spans failed: each exception's message once (a row names its type only).
         for line in failure_lines(spans):
-            console.print(Text(escape(line), style="red"))
+            console.print(_failure_text(line))
     console.print(
         Text.assemble(
             "who: ",
@@ -121,6 +121,12 @@ def render(
         )
     )
     console.print(_counts_table(counts(events) if totals is None else totals[1]))
+
+
+def _failure_text(line: str) -> Text:
+    """A failure line (``failures.failure_lines``) in red, a cancellation's (``⊘ ...``) in the
+    cancelled bars' grey: a server's stop cut it, no failure of its own."""
+    return Text(escape(line), style=_CANCELLED_STYLE if line.startswith(CANCELLED_MARK) else "red")
 
 
 def _cancelled_legend(events: Sequence[Event]) -> tuple[Text, ...]:
@@ -147,7 +153,7 @@ def _render_named(
             heading = f"#{number} {line.operation} {checkpoint}"
             console.print(render_waterfall(line.spans, console.width, title=escape(heading), kinds=kinds))
             for said in failure_lines(line.spans):  # as under any other waterfall
-                console.print(Text(escape(said), style="red"))
+                console.print(_failure_text(said))
 
 
 def render_operations(console: Console, rows: Sequence[OperationRow]) -> None:
@@ -293,7 +299,7 @@ def render_waterfall(
             bar.stylize(colour_of(row.kind, colours), start, end)
             name = Text("  " * row.depth + _label(row), style="dim")
             if row.errors or row.cancelled:  # the failed calls past those drawn, counted in red
-                name.append(f", {row.failed}", style="red")
+                name.append(f", {row.failed}", style="red" if row.errors else _CANCELLED_STYLE)
             table.add_row(name, Text(f"≤{_figure(row.max_ms)}", style="dim"), bar)
             continue
         s = row

@@ -207,3 +207,18 @@ def test_a_cancelled_span_s_bar_is_grey_hatched_not_a_failure_s_red(
     assert main(["report", str(log), "--report", str(page)]) == 0
     assert re.search(r"▓\s+cancelled", capsys.readouterr().out)  # the legend folds at 80 columns
     assert "cancelled ⊘</text>" in page.read_text()
+
+
+def test_a_cancellation_s_failure_line_is_grey_a_failure_s_red(tmp_path: Path) -> None:
+    """Under the waterfall, each failure's message is a line: a cut prepare's (``⊘
+    CancelledError: ...``) was printed red like the ``✗ KeyError`` beside it; it is the
+    cancelled bars' grey now, the failure's still red."""
+    from ckpt_events.participants.cli.report.terminal import render
+    from ckpt_events.sinks import read_events
+
+    events = [event for _, event in read_events(_cut_log(tmp_path, also_fails=True))]
+    console = Console(file=io.StringIO(), width=200, force_terminal=True, color_system="256")
+    render(console, events)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[38;5;247m⊘ CancelledError: " + UVICORN in out, out
+    assert "\x1b[31m⊘" not in out
