@@ -217,13 +217,9 @@ class CheckpointCauses:
     log joined to itself) and a real repeat stamped alike are one cause, said with its count (the
     stall demo's log 1,000 times in one file said its cause 4 times "... and 996 more")."""
 
-    kept: dict[str, list[CauseEvent]] = field(default_factory=dict)
-    #: Beside each kept event, the trace it belongs to (``OwnOperations``), if known.
-    kept_traces: dict[str, list[int | None]] = field(default_factory=dict)
-    #: Beside each kept event, how many events equal to it (of the same trace) were read.
-    kept_counts: dict[str, list[int]] = field(default_factory=dict)
-    #: Per checkpoint id, each kept (event, trace) with its place in ``kept``.
-    kept_at: dict[str, dict[tuple[CauseEvent, int | None], int]] = field(default_factory=dict)
+    #: Per checkpoint id, each kept (event, the trace it belongs to if known: ``OwnOperations``)
+    #: in the order read, with how many events equal to it (of the same trace) were read.
+    kept: dict[str, dict[tuple[CauseEvent, int | None], int]] = field(default_factory=dict)
     over: Counter[str] = field(default_factory=Counter)
     #: ``over`` by (checkpoint id, start of the latest root naming it read before, the trace it
     #: belongs to if known): an id reused by a later run counts its flood on that run's row, not
@@ -236,37 +232,25 @@ class CheckpointCauses:
         """Keep ``e`` for ``checkpoint_id``, or count it past ``KEPT_CAUSES`` (``since``: the
         start of the latest root span naming that id read before it; ``trace``: the trace it
         belongs to, if known)."""
-        at = self.kept_at.setdefault(checkpoint_id, {})
-        if (index := at.get((e, trace))) is not None:  # a copy or a repeat of one kept
-            self.kept_counts[checkpoint_id][index] += 1
-            return
-        kept = self.kept.setdefault(checkpoint_id, [])
-        if len(kept) < KEPT_CAUSES:
-            at[(e, trace)] = len(kept)
-            kept.append(e)
-            self.kept_traces.setdefault(checkpoint_id, []).append(trace)
-            self.kept_counts.setdefault(checkpoint_id, []).append(1)
+        kept = self.kept.setdefault(checkpoint_id, {})
+        if (e, trace) in kept:  # a copy or a repeat of one kept
+            kept[(e, trace)] += 1
+        elif len(kept) < KEPT_CAUSES:
+            kept[(e, trace)] = 1
         else:  # a flood naming one checkpoint: counted, never kept
             self.over[checkpoint_id] += 1
             self.over_since[(checkpoint_id, since, trace)] += 1
 
     def of(self, checkpoint_id: str | None) -> list[CauseEvent]:
         """The events kept for ``checkpoint_id`` in the order read (``[]`` for none)."""
-        return self.kept.get(checkpoint_id, []) if checkpoint_id else []
+        return [e for e, _, _ in self.traced(checkpoint_id)]
 
     def traced(self, checkpoint_id: str | None) -> list[tuple[CauseEvent, int | None, int]]:
         """The events kept for ``checkpoint_id``, each with the trace it belongs to, if known,
         and how many events equal to it were read (itself included)."""
         if not checkpoint_id:
             return []
-        return list(
-            zip(
-                self.of(checkpoint_id),
-                self.kept_traces.get(checkpoint_id, []),
-                self.kept_counts.get(checkpoint_id, []),
-                strict=True,
-            )
-        )
+        return [(e, trace, n) for (e, trace), n in self.kept.get(checkpoint_id, {}).items()]
 
 
 def causes_of(
