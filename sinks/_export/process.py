@@ -512,9 +512,8 @@ def _close_in_forked_copy() -> None:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
-        if process._reports is not None:  # its listener thread is the owner's, not copied here
-            with contextlib.suppress(OSError):
-                os.close(process._reports.fd)
+        if process._reports is not None:
+            process._reports.close_forked_copy()
 
 
 # Registered once, when the export process is first used (this module is imported then).

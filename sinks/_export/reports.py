@@ -216,6 +216,13 @@ class ReportListener:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def close_forked_copy(self) -> None:
+        """In a process forked from the owner: close this copy's descriptors (the report pipe
+        and the wake pipe). The thread is the owner's, not copied here."""
+        for fd in (self.fd, self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def stop(self) -> None:
         """End the thread now (it is woken); what is unread is dropped."""
         self._stop.set()

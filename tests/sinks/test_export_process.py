@@ -992,6 +992,45 @@ def test_a_forked_worker_that_lives_on_does_not_hold_the_close_up(tmp_path: Path
     assert len(list(read_events(log))) == 2
 
 
+def test_a_forked_copy_keeps_none_of_the_report_listeners_descriptors(tmp_path: Path) -> None:
+    """A process forked from the owner closes its copies of the report pipe and of the pipe that
+    wakes the listener's thread at its stop (the wake pipe's two were left open in it)."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import os, anyio
+        from ckpt_events import Bus
+        from ckpt_events.sinks import configure
+
+        async def main():
+            async with Bus() as bus:
+                configured = configure(bus, jsonl_path={str(log)!r}, export_process=True)
+                reports = configured.export_process._reports
+                fds = (reports.fd, reports._wake_r, reports._wake_w)
+                worker = os.fork()
+                if worker == 0:
+                    still = []
+                    for fd in fds:
+                        try:
+                            os.fstat(fd)
+                            still.append(fd)
+                        except OSError:
+                            pass
+                    os._exit(len(still))
+                _, status = os.waitpid(worker, 0)
+                print(os.waitstatus_to_exitcode(status), all(os.fstat(fd) for fd in fds))
+                await configured.aclose()
+
+        anyio.run(main)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "True"]
+
+
 async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) -> None:
     """A caller's own deadline cutting ``aclose()`` short (Configured.aclose has one) leaves no
     child behind."""
