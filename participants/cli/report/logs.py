@@ -220,9 +220,14 @@ class LogProblems:
         if len(self.refused) < SHOWN:
             self.refused.append(line)
 
-    def copy_in(self, path: str, event: CheckpointEvent) -> bool:
-        """Count ``event``, read again in ``path``, which read it before: whether to drop it
-        (a span event's copy), or keep it (a counted event: no id tells a copy from a repeat)."""
+    def read_again(self, first: int, index: int, path: str, event: CheckpointEvent) -> bool:
+        """Count ``event``, whose identity was read before, first from the file at ``first``,
+        now from the one at ``index`` (``path``): whether to drop it. A copy from another file
+        is dropped (``duplicates``), and a span event's copy from its own file (``copies``); a
+        counted event from its own file is kept (no id tells a copy from a repeat)."""
+        if first != index:
+            self.duplicates += 1
+            return True
         if isinstance(event, SpanEvent):
             self.copies[path] = self.copies.get(path, 0) + 1
             return True
@@ -681,10 +686,7 @@ def _first_copies(group: list[_Entry], problems: LogProblems, names: Sequence[st
         first = keys.get(key)
         if first is None:
             keys[key] = index
-        elif first != index:
-            problems.duplicates += 1
-            continue
-        elif problems.copy_in(names[index], event):
+        elif problems.read_again(first, index, names[index], event):
             continue
         kept.append(entry)
     return kept
@@ -755,10 +757,7 @@ def _in_window(
         n = len(seen)
         first = seen.setdefault(key, index)
         if len(seen) == n:  # seen before
-            if first != index:
-                problems.duplicates += 1
-                continue
-            if not problems.copy_in(names[index], event):
+            if not problems.read_again(first, index, names[index], event):
                 yield event
             continue
         if forgotten and low <= time_ns <= high and any(a <= time_ns <= b for a, b in forgotten):
