@@ -62,7 +62,8 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _replay_async(args: argparse.Namespace) -> int:
     from ckpt_events import Bus, sinks
-    from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events, nothing_read
+    from ckpt_events.participants.cli.report.log_files import expand_logs
+    from ckpt_events.participants.cli.report.logs import LogProblems, merged_events, nothing_read
     from ckpt_events.sinks.jsonl import OpenSpans
 
     paths, missing = expand_logs(args.logs)

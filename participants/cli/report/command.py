@@ -39,14 +39,8 @@ def _report(args: argparse.Namespace) -> int:
     from ckpt_events.participants.cli.report.files import check_report_path, holds_the_run, write_report
     from ckpt_events.participants.cli.report.fold import ENDED_WAITING
     from ckpt_events.participants.cli.report.judge import OPEN
-    from ckpt_events.participants.cli.report.logs import (
-        ENDED_KEPT,
-        LogProblems,
-        expand_logs,
-        merged_events,
-        nothing_read,
-        rotated_ends,
-    )
+    from ckpt_events.participants.cli.report.log_files import expand_logs, rotated_ends
+    from ckpt_events.participants.cli.report.logs import ENDED_KEPT, LogProblems, merged_events, nothing_read
     from ckpt_events.participants.cli.report.overview import overview
     from ckpt_events.participants.cli.report.overview_terminal import (
         chosen_rows,

@@ -97,7 +97,8 @@ def _ratio(value: str) -> float:
 
 def _read(spec: str) -> Durations:
     from ckpt_events.participants.cli.report.durations import durations
-    from ckpt_events.participants.cli.report.logs import expand_logs, read_logs
+    from ckpt_events.participants.cli.report.log_files import expand_logs
+    from ckpt_events.participants.cli.report.logs import read_logs
 
     paths, missing = expand_logs(spec.split(","))
     if missing:

@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+from ckpt_events.participants.cli.report.log_files import expand_logs
+from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.participants.cli.report.overview_terminal import render_overview
 from ckpt_events.participants.controller.coordinator import CheckpointNotPrepared

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from ckpt_events.participants.cli.demo.runner import DemoOptions, run_demo
 from ckpt_events.participants.cli.main import main
-from ckpt_events.participants.cli.report.logs import LogProblems, expand_logs, merged_events
+from ckpt_events.participants.cli.report.log_files import expand_logs
+from ckpt_events.participants.cli.report.logs import LogProblems, merged_events
 from ckpt_events.participants.cli.report.overview import overview
 
 
