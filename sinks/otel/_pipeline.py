@@ -309,13 +309,15 @@ def build_resource(
 
     check_resource_arguments(service_name, attributes, instance_id)
     merged: dict[str, str] = dict(settings.resource_attributes)
+    # The environment first (OTEL_SERVICE_NAME over its attributes, as the spec says), then the
+    # arguments over both: a service.name in resource_attributes= lost to OTEL_SERVICE_NAME.
+    if settings.service_name is not None:
+        merged[SERVICE_NAME] = settings.service_name
     if attributes is not None:
         for key, val in attributes.items():
             merged[key] = val if isinstance(val, str) else str(val)
     if service_name is not None:
         merged[SERVICE_NAME] = service_name.strip()
-    elif settings.service_name is not None:
-        merged[SERVICE_NAME] = settings.service_name
     merged.setdefault(SERVICE_NAME, default_service_name)
     if instance_id is not None:
         merged[SERVICE_INSTANCE_ID] = instance_id

@@ -88,6 +88,22 @@ async def test_resource_from_environment_and_arguments() -> None:
     assert (attributes["team"], attributes["site"], attributes["run"]) == ("rl", "a,b", "7")
 
 
+async def test_a_service_name_in_resource_attributes_wins_over_the_environment() -> None:
+    """``resource_attributes={"service.name": ...}`` is an argument, so it wins over
+    ``OTEL_SERVICE_NAME`` (arguments first, as ``Resource.create(attributes)`` has it); before,
+    the variable replaced it: the spans went out as ``from-env``."""
+    exporter = InMemorySpanExporter()
+    environ = {"OTEL_SERVICE_NAME": "from-env", "OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs"}
+    async with Bus() as bus:
+        async with configure(
+            bus, span_exporter=exporter, resource_attributes={"service.name": "from-args"}, environ=environ
+        ):
+            with Telemetry(bus, kind="agent", instance="a0").operation("resume"):
+                pass
+    (span,) = exporter.get_finished_spans()
+    assert span.resource.attributes["service.name"] == "from-args"
+
+
 async def test_the_resource_reads_environ_not_the_process_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
