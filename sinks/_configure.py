@@ -519,6 +519,8 @@ def _jsonl_fix(path: Path, exc: OSError) -> str:
         return ": a part of the path before the file's name is a file, not a folder; give a path in a folder"
     if isinstance(exc, PermissionError):
         return ": give a path in a folder this process may write"
+    if isinstance(exc, IsADirectoryError):
+        return f": it is a folder: give the path of a file in it, such as {shown(str(path / 'events.jsonl'))}"
     return ""
 
 

@@ -39,6 +39,19 @@ async def test_jsonl_from_the_environment(tmp_path: Path) -> None:
     assert len(list(read_events(path))) == 1
 
 
+async def test_a_jsonl_path_that_is_a_folder_says_the_fix() -> None:
+    """``CKPT_EVENTS_JSONL`` naming a folder said only ``[Errno 21] Is a directory`` (the
+    cause, no fix): it now says to give a file's path in that folder, in one line."""
+    folder = Path(__file__).parent
+    async with Bus() as bus:
+        with pytest.raises(ConfigurationError) as caught:
+            configure(bus, environ={"CKPT_EVENTS_JSONL": str(folder)})
+    message = str(caught.value)
+    assert "\n" not in message and "Is a directory" in message, message
+    such = str(folder / "events.jsonl")
+    assert message.endswith(f"it is a folder: give the path of a file in it, such as {such!r}"), message
+
+
 async def test_arguments_win_and_default_alone_gives_metrics_but_no_spans() -> None:
     """span_groups="default" subscribes metrics only; the env's span groups are overridden."""
     exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
