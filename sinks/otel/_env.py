@@ -268,12 +268,14 @@ _ENTRY: Final = re.compile(r"\s*([^=:\s]*)(.?)", re.DOTALL)
 def _masked(text: str) -> str:
     """A headers variable's ``text`` for an error message: each entry's name and the mark after
     it (``=``, or the ``:`` or space written in its place), its value (a credential, often:
-    ``Authorization=Bearer ...``) ``[REDACTED]``; the error is printed and logged."""
+    ``Authorization=Bearer ...``) ``[REDACTED]``; the error is printed and logged. An entry with
+    no mark at all is ``[REDACTED]`` whole: it may be the credential itself (a key pasted without
+    its header's name, the end of one cut at a comma in it), which was shown as its "name"."""
     masked = []
     for item in text.split(","):
         found = _ENTRY.match(item)
         key, mark = found.groups() if found else ("", "")
-        masked.append(f"{key}{mark}{REDACTED}" if mark else key)
+        masked.append(f"{key}{mark}{REDACTED}" if mark else REDACTED if item.strip() else "")
     return ",".join(masked)
 
 
@@ -285,15 +287,18 @@ def _pairs(env: Mapping[str, str], name: str, *, secret: bool = False) -> dict[s
     if raw is None:
         return parsed
     said = _masked if secret else str
-    for item in raw.split(","):
+    items = raw.split(",")
+    for number, item in enumerate(items, 1):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
+            # By its place too: a redacted entry is not told apart by what it shows.
             raise _bad(
                 name,
                 said(raw),
-                f"use key=value pairs separated by commas (bad entry {shown(said(item.strip()))})",
+                "use key=value pairs separated by commas "
+                f"(bad entry {number} of {len(items)}: {shown(said(item.strip()))})",
             )
         try:
             # Strict: %FF (not UTF-8) was decoded to U+FFFD, a resource attribute set to a value

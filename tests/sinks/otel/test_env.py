@@ -361,6 +361,9 @@ def test_none_beside_another_exporter_is_refused_not_taken_for_none(name: str, v
         ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer S3CRET,x=%FF"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer S3CRET,bad name=x"),
         ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=S3CRET%E2%82%AC"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "S3CRET"),  # the key alone, its name forgotten
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=ab,S3CRET"),  # a key with a comma in it
+        ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-api-key%3DS3CRET"),  # its '=' percent-encoded
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:S3CRET@collector:4318"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://:S3CRET@collector:4318/v1/traces"),
     ],
@@ -371,3 +374,15 @@ def test_a_bad_value_never_shows_the_credential_it_holds(name: str, value: str) 
     with pytest.raises(ConfigurationError, match=name) as info:
         read_otel_env({**BASE, name: value})
     assert "S3CRET" not in str(info.value)
+
+
+def test_an_entry_without_an_equals_sign_is_named_by_its_place() -> None:
+    """An entry of a headers variable with no ``=`` may be the credential itself (a key pasted
+    without its header's name, or the end of one with a comma in it): it was shown whole, so the
+    error said which entry by showing it; now it is redacted and named by its place."""
+    with pytest.raises(ConfigurationError) as info:
+        read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=t1, S3CRET"})
+    assert str(info.value) == (
+        "OTEL_EXPORTER_OTLP_HEADERS='x-tenant=[REDACTED],[REDACTED]' is not valid; use key=value "
+        "pairs separated by commas (bad entry 2 of 2: '[REDACTED]')"
+    )
