@@ -17,6 +17,7 @@ from typing import Final
 
 from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events._errors import shown
+from ckpt_events.vocab import REDACTED
 
 __all__ = ["HEADER_RULES", "check_headers", "header_problem"]
 
@@ -40,10 +41,19 @@ HEADER_RULES: Final = (
 )
 
 
+def _name_said(name: str) -> str:
+    """A name that is not a token, for an error: up to and with its first character a name may
+    not hold, the rest ``[REDACTED]``. Whole, it showed a credential: ``Authorization: Basic
+    ...==`` (written as curl has it) is read as the name ``Authorization: Basic ...``, its
+    base64 padding taken for the ``=`` of a pair."""
+    bad = next((at for at, char in enumerate(name) if not _TOKEN.fullmatch(char)), len(name))
+    return name[: bad + 1] + (REDACTED if bad + 1 < len(name) else "")
+
+
 def header_problem(name: str, value: str) -> str | None:
     """What is wrong with the header ``name: value`` (both ``str``), or ``None`` when it can be sent."""
     if not _TOKEN.fullmatch(name):
-        return f"header name {shown(name)} is not an HTTP token"
+        return f"header name {shown(_name_said(name))} is not an HTTP token"
     if name.lower() in _OWN:
         return f"header {shown(name)} is the sender's own, set from {_OWN[name.lower()]}"
     if any(mark in value for mark in _BREAKS):

@@ -364,6 +364,9 @@ def test_none_beside_another_exporter_is_refused_not_taken_for_none(name: str, v
         ("OTEL_EXPORTER_OTLP_HEADERS", "S3CRET"),  # the key alone, its name forgotten
         ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=ab,S3CRET"),  # a key with a comma in it
         ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-api-key%3DS3CRET"),  # its '=' percent-encoded
+        # Written as curl has it, its base64 '=' padding read as the '=' of a pair: the name was
+        # 'Authorization: Basic S3CRET', said whole as the name that is not a token.
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Basic S3CRET=="),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:S3CRET@collector:4318"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://:S3CRET@collector:4318/v1/traces"),
     ],
@@ -386,3 +389,16 @@ def test_an_entry_without_an_equals_sign_is_named_by_its_place() -> None:
         "OTEL_EXPORTER_OTLP_HEADERS='x-tenant=[REDACTED],[REDACTED]' is not valid; use key=value "
         "pairs separated by commas (bad entry 2 of 2: '[REDACTED]')"
     )
+
+
+def test_a_header_name_that_is_not_a_token_is_said_up_to_its_first_bad_character() -> None:
+    """The name is shown up to and with its first character a name may not hold, the rest
+    redacted: what is wrong is still seen (a space, a ':', a '/'), and no credential."""
+    for raw, said in [
+        ("bad name=x", "'bad [REDACTED]'"),
+        ("x/y=1", "'x/[REDACTED]'"),
+        ("x-key:=1", "'x-key:'"),
+    ]:
+        with pytest.raises(ConfigurationError) as info:
+            read_otel_env({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": raw})
+        assert f"header name {said} is not an HTTP token" in str(info.value), str(info.value)
