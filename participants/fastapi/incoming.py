@@ -20,16 +20,34 @@ from ckpt_events import (
 )
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
-__all__ = ["Incoming"]
+__all__ = ["Incoming", "WrappedOperation"]
 
 
-class _Timed:
+class WrappedOperation:
+    """An operation's handle (``_operation``) wrapped for what ``with`` adds around it; every
+    public name the wrapper does not define is the handle's, so ``op = operation(request, ...)``
+    with ``with`` forgotten behaves as ``tel.operation(...)`` does then, telemetry on or off
+    (with a sink, ``op.set()`` was an ``AttributeError`` only then: a 500 in production)."""
+
+    __slots__ = ("_operation",)
+
+    _operation: Any  # the handle, or a wrapper of it
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never a slot not yet set (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self._operation, name)
+
+
+class _Timed(WrappedOperation):
     """An operation that records the worst loop lag seen while it ran, as it ends."""
 
-    __slots__ = ("_monitor", "_since", "_span")
+    __slots__ = ("_monitor", "_since")
+
+    _operation: OperationSpan
 
     def __init__(self, span: OperationSpan, monitor: LoopLagMonitor) -> None:
-        self._span = span
+        self._operation = span
         self._monitor = monitor
         self._since = 0
 
@@ -38,7 +56,7 @@ class _Timed:
         # parked for want of an operation.
         self._since = self._monitor.begin()
         try:
-            return self._span.__enter__()
+            return self._operation.__enter__()
         except BaseException:
             self._monitor.end()
             raise
@@ -47,10 +65,10 @@ class _Timed:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            self._span.set(loop_lag_ms=self._monitor.max_since_monotonic(self._since))
+            self._operation.set(loop_lag_ms=self._monitor.max_since_monotonic(self._since))
         finally:
             self._monitor.end()
-        self._span.__exit__(exc_type, exc, tb)
+        self._operation.__exit__(exc_type, exc, tb)
 
 
 class Incoming(NamedTuple):

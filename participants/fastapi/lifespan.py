@@ -28,7 +28,7 @@ from ckpt_events import (
     Telemetry,
 )
 from ckpt_events.checks import library_logger
-from ckpt_events.participants.fastapi.incoming import Incoming
+from ckpt_events.participants.fastapi.incoming import Incoming, WrappedOperation
 from ckpt_events.participants.fastapi.server_log import escaped
 from ckpt_events.participants.loop_lag import LoopLagMonitor
 
@@ -337,7 +337,7 @@ def arrival_of(scope: Mapping[str, Any]) -> Arrival | None:
     return arrival  # the outermost app's: none of this request's mounted apps runs here
 
 
-class HeldOperation:
+class HeldOperation(WrappedOperation):
     """An operation of ``operation(request)``, kept on its request's ``Arrival`` while it is
     open, so that the request's end can end it (``Arrival.end_open``). Exactly one of its own
     exit and the request's end ends it: each takes it off ``open`` first (one atomic step).
@@ -346,7 +346,7 @@ class HeldOperation:
     (``Arrival.waiting``: no operation of the request ended, no response started), and none
     (unknown) otherwise; its end ends the wait of any operation begun after it."""
 
-    __slots__ = ("_arrival", "_operation")
+    __slots__ = ("_arrival",)
 
     def __init__(self, operation: Any, arrival: Arrival) -> None:
         self._operation = operation  # the OperationSpan, or incoming's wrapper timing the loop lag
@@ -401,10 +401,12 @@ class ArrivedIncoming(Incoming):
         return _EndingTheWaitOnExit(made, arrival)
 
 
-class _EndingTheWaitOnExit:
+class _EndingTheWaitOnExit(WrappedOperation):
     """An operation of ``ArrivedIncoming``: its end ends its request's wait."""
 
-    __slots__ = ("_arrival", "_operation")
+    __slots__ = ("_arrival",)
+
+    _operation: AbstractContextManager[OperationSpan]
 
     def __init__(self, operation: AbstractContextManager[OperationSpan], arrival: Arrival) -> None:
         self._operation = operation

@@ -1,0 +1,63 @@
+"""What ``operation(request)`` and ``incoming(request).operation(...)`` return before ``with``:
+the handle's own calls, as ``tel.operation(...)`` gives them, whether a sink listens or not."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+
+from ckpt_events.participants.fastapi import incoming, instrument, operation, telemetry
+from ckpt_events.testing import MemorySink
+
+_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _app(sink: MemorySink | None) -> FastAPI:
+    """An app whose routes forget ``with``; ``sink`` None: telemetry off."""
+    app = FastAPI()
+    if sink is None:
+        instrument(app, kind="judge", instance="judge-0")
+    else:
+        instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @app.post("/operation")
+    async def by_operation(request: Request) -> dict[str, str | None]:
+        op = operation(request, "commit", checkpoint_id="c1")  # `with` forgotten
+        op.set(records=1)
+        with op.step("upload"):
+            pass
+        return {"traceparent": op.traceparent()}
+
+    @app.post("/incoming")
+    async def by_incoming(request: Request) -> dict[str, str | None]:
+        op = incoming(request).operation(telemetry(request), "commit", checkpoint_id="c1")
+        op.set(records=1)
+        return {"traceparent": op.traceparent()}
+
+    return app
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["off", "on"])
+async def test_a_forgotten_with_behaves_as_tel_operations_on_or_off(
+    listening: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that forgot ``with`` answers alike with telemetry off and on (it was a 500,
+    ``AttributeError: 'HeldOperation' object has no attribute 'set'``, only once a sink listened):
+    its operation records nothing, its step says how to open it, and its ``traceparent()`` is
+    in the caller's trace."""
+    sink = MemorySink() if listening else None
+    app = _app(sink)
+    caplog.set_level(logging.WARNING, logger="ckpt_events")
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            for path in ("/operation", "/incoming"):
+                reply = await client.post(path, headers={"traceparent": _CALLER})
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["traceparent"].split("-")[1] == _CALLER.split("-")[1]
+    if sink is not None:
+        assert [type(event).__name__ for event in sink.events] == ["StepStarted", "StepFinished"]
+        assert "made of a commit operation not entered" in caplog.text
