@@ -83,6 +83,7 @@ from typing import Any, Final, TypeVar, overload
 try:
     from starlette.applications import Starlette
     from starlette.requests import HTTPConnection
+    from starlette.routing import Router
     from starlette.types import ASGIApp
 except ModuleNotFoundError as _exc:
     # Without the server extra this was a bare "No module named 'starlette'", naming no install.
@@ -417,8 +418,14 @@ def instrument(
 
 def _not_an_app(app: object) -> str:
     """Why ``instrument(app)`` refuses ``app``, and what to pass instead: the app inside a
-    middleware wrapping it (``CORSMiddleware(app=FastAPI())``), or a plain ASGI app mounted in
+    middleware wrapping it (``CORSMiddleware(app=FastAPI())``), the app a router is included in
+    (an ``APIRouter`` was told to mount it as a plain ASGI app), or a plain ASGI app mounted in
     a Starlette app (it was "needs a FastAPI (or Starlette) app", saying neither)."""
+    if isinstance(app, Router):  # an ASGI app too, but mounting it loses the app's middleware
+        return (
+            f"instrument() needs the FastAPI (or Starlette) app, not a router ({shown(app)}): "
+            "instrument the app the router is included in (app.include_router(router))"
+        )
     inner = app
     for _ in range(32):  # bounded: a chain of middleware, each holding the next as `.app`
         inner = getattr(inner, "app", None)

@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 import httpx
 import pytest
-from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ckpt_events import (
@@ -458,7 +458,8 @@ async def test_bad_arguments_fail_at_instrument() -> None:
 async def test_a_plain_asgi_app_is_told_to_mount_and_a_wrapped_one_to_instrument_inside() -> None:
     """A plain ASGI app, or an app wrapped in middleware, was refused with "needs a FastAPI (or
     Starlette) app" and nothing more; the error now says what to do, and what it says works: the
-    plain app mounted in a Starlette app records its operations, with their arrival."""
+    plain app mounted in a Starlette app records its operations, with their arrival. A router
+    is told to instrument the app it is included in."""
     from starlette.applications import Starlette
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Mount
@@ -473,6 +474,9 @@ async def test_a_plain_asgi_app_is_told_to_mount_and_a_wrapped_one_to_instrument
     wrapped = CORSMiddleware(app=FastAPI(), allow_origins=["*"])
     with pytest.raises(InvalidTypeError, match=r"instrument\(\) on that app where it is made, then wrap"):
         instrument(wrapped, kind="judge", instance="judge-0")  # type: ignore[call-overload]
+    # A router is an ASGI app too, but mounting it (as the plain app's line says) is not the fix.
+    with pytest.raises(InvalidTypeError, match=r"not a router .*: instrument the app .*include_router"):
+        instrument(APIRouter(prefix="/r"), kind="judge", instance="judge-0")  # type: ignore[call-overload]
     sink = MemorySink()
     app = Starlette(routes=[Mount("/", app=plain)])
     instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
