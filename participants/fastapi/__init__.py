@@ -354,9 +354,9 @@ def instrument(
     if app.middleware_stack is not None:  # built: too late to add ours
         # Built by the app's first call, or without one (FastAPIInstrumentor.uninstrument_app).
         raise ConfigurationError(
-            f"{shown(app)} has built its middleware stack already (it has served, or something built "
-            "it, such as FastAPIInstrumentor.uninstrument_app()): call instrument() where the app "
-            "is made, before it serves"
+            f"{shown(app)} has built its middleware stack already (it has served, or run its "
+            "lifespan, or something built it, such as FastAPIInstrumentor.uninstrument_app()): "
+            "call instrument() where the app is made, not in its lifespan, before it serves"
         )
     if (
         not isinstance(shutdown_timeout, int | float)

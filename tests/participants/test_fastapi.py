@@ -535,6 +535,34 @@ async def test_an_app_whose_stack_was_built_unserved_is_not_said_to_have_served(
     assert "uninstrument_app()" in said
 
 
+async def test_instrument_in_the_apps_own_lifespan_is_told_to_move_where_the_app_is_made() -> None:
+    """Starlette builds the stack to run the lifespan: ``instrument(app)`` called in it said the
+    app "has served", which it had not, naming no lifespan."""
+    said: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        with pytest.raises(ConfigurationError) as caught:
+            instrument(app, kind="judge", instance="judge-0")
+        said.append(str(caught.value))
+        yield
+
+    app = FastAPI(lifespan=lifespan)
+    received = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return next(received)
+
+    async def send(message: Any) -> None:
+        sent.append(message["type"])
+
+    # As a server runs it (``lifespan_context`` entered directly builds no stack).
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert "run its lifespan" in said[0] and "where the app is made, not in its lifespan" in said[0]
+
+
 async def test_jsonl_path_of_the_wrong_type_is_a_configuration_error() -> None:
     """``jsonl_path=123`` said ``TypeError: expected str, bytes or os.PathLike object, not int``."""
     app = FastAPI()
