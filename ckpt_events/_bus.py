@@ -192,6 +192,8 @@ class Bus:
         scopes (from another thread, a running bus raises ``InvalidValueError``); idempotent.
         Events emitted afterwards are counted in ``dropped_after_close``. A bus never entered
         (no ``async with``) delivers what it holds and closes its sinks here all the same.
+        Inside a sink's own ``handle`` (or ``aclose()``) it starts the close in the bus's task
+        and returns, so that the sink's call can end; leaving ``async with`` waits for it.
         """
         if self._forked_from is not None:
             return  # the bus runs, and is closed, in the parent: nothing of it runs here
@@ -201,6 +203,17 @@ class Bus:
             return
         self._closing = True
         self._closed = True
+        if self._tg is not None:
+            current = anyio.get_current_task().id
+            if any(sub._runs(current) for sub in self._history):
+                # Waited here, the close waited for this sink's own call (its whole deadline),
+                # then gave it up as "still busy" and abandoned its batch.
+                self._tg.start_soon(self._close, name="ckpt_events bus close")
+                return
+        await self._close()
+
+    async def _close(self) -> None:
+        """What ``aclose()`` does once: stop routing, deliver, close the sinks, run the hooks."""
         try:
             for sub in list(self._subscriptions):
                 sub.close()
@@ -597,9 +610,10 @@ class Bus:
 
         Returns ``False`` if ``timeout`` seconds passed first (a stalled sink); the events
         are not lost, they stay pending. Await it on the bus's event loop (from another
-        thread, a running bus raises ``InvalidValueError``). A sink that hands events on (an
-        ``ExportProcess`` writing them to its child) has handled them once handed on: to wait
-        for the child's sinks, await its ``force_flush()`` after this.
+        thread, a running bus raises ``InvalidValueError``), and not inside a sink's own
+        ``handle`` (``InvalidValueError``: its batch is handled once that call returns). A sink
+        that hands events on (an ``ExportProcess`` writing them to its child) has handled them
+        once handed on: to wait for the child's sinks, await its ``force_flush()`` after this.
         """
         if timeout is not None:
             check_number(
@@ -609,6 +623,15 @@ class Bus:
             return True  # nothing emitted here waits: it was counted dropped (_forked_child)
         self._check_thread("flush", "anyio.from_thread.run(bus.flush)")
         subs = [s for s in self._history if s._started and not s._done.is_set()]
+        current = anyio.get_current_task().id
+        for sub in subs:
+            if sub._runs(current):
+                # It waited for itself: for ever, or its whole timeout and then False, a stall of
+                # its own; the sink stalled meanwhile, its buffer filling up.
+                raise InvalidValueError(
+                    f"bus.flush() inside sink {sub.name!r}'s own handle waits for that handle to "
+                    f"return: flush from the code that emits, not from a sink"
+                )
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             for sub in subs:
                 await sub._wait_handled()

@@ -199,11 +199,18 @@ class Subscription:
         ``aclose()`` has run (by the bus's task: the bus is the one owner of that call).
 
         Bound it with the caller's deadline (``anyio.move_on_after``). Await it on the bus's
-        event loop (from another thread, a running bus raises ``InvalidValueError``)."""
+        event loop (from another thread, a running bus raises ``InvalidValueError``). From the
+        sink's own ``handle`` or ``aclose()`` it unsubscribes and returns: the rest happens once
+        that call returns (it waited for itself, and its sink was never closed)."""
         self.bus._check_thread("a subscription's aclose", "sub.close(), then flush on the loop")
         self.close()
-        if self._started:
+        if self._started and not self._runs(anyio.get_current_task().id):
             await self._sink_closed.wait()
+
+    def _runs(self, task_id: int) -> bool:
+        """Whether ``task_id`` is this subscription's delivery task (the one in its sink's own
+        ``handle`` or ``aclose()``), which cannot wait for what that task does next."""
+        return self._watch.task_id == task_id
 
     def __enter__(self) -> Self:
         return self

@@ -262,6 +262,45 @@ async def test_flush_and_aclose_from_another_threads_loop_are_refused(other: str
     assert [e.time_ns for e in sink.events] == [1, 2] and sink.closed
 
 
+class _FlushesInside:
+    """A sink whose async handle awaits ``bus.flush()``: it waits for its own batch."""
+
+    def __init__(self, bus: Bus, timeout: float | None) -> None:
+        self.bus = bus
+        self.timeout = timeout
+        self.events: list[Event] = []
+
+    async def handle(self, batch: list[Event]) -> None:
+        self.events.extend(batch)
+        await self.bus.flush(self.timeout)
+
+
+@pytest.mark.parametrize("timeout", [None, 0.5], ids=["no-timeout", "timeout"])
+async def test_a_flush_inside_a_sinks_own_handle_is_refused_at_once(
+    timeout: float | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``bus.flush()`` awaited inside a sink's own handle waited for that handle to return:
+    without a timeout the sink stalled until the bus's close abandoned its batch; with one it
+    waited it out and said False, a stall that was its own. Now it raises at once, one line
+    saying why, and the failure is counted, logged once, the other sinks untouched."""
+    other = MemorySink()
+    async with Bus(close_timeout=1) as bus:
+        sink = _FlushesInside(bus, timeout)
+        bus.subscribe(sink, name="flushes")
+        bus.subscribe(other, name="other")
+        bus.emit(refused(1))
+        with anyio.fail_after(0.4):
+            assert await bus.flush()
+        bus.emit(refused(2))
+        with anyio.fail_after(0.4):
+            assert await bus.flush()
+    stats = bus.stats().sink("flushes")
+    assert (stats.failed, stats.failed_batches, stats.abandoned) == (2, 2, 0)
+    assert stats.error is not None and "own handle" in stats.error
+    assert caplog.text.count("'flushes' failed to handle") == 1
+    assert [e.time_ns for e in sink.events] == [e.time_ns for e in other.events] == [1, 2]
+
+
 async def test_a_sink_already_subscribed_is_refused_until_its_subscription_has_finished() -> None:
     """The same sink object subscribed twice got every event twice, its handle re-entered and
     called after its aclose(): refused naming the subscription, until that one has finished."""

@@ -573,3 +573,39 @@ async def test_aclose_of_a_bus_never_entered_in_a_cancelled_scope_delivers(
     assert len(sink.events) == 3 and sink.closed
     stats = bus.stats().sink("memory")
     assert (stats.delivered, stats.pending, stats.abandoned) == (3, 0, 0)
+
+
+class _ClosesTheBus(MemorySink):
+    """A sink that, at its first batch, closes the bus it is on (a "stop after this" sink)."""
+
+    def __init__(self, bus: Bus) -> None:
+        super().__init__()
+        self.bus = bus
+
+    async def handle(self, batch: list[Event]) -> None:  # type: ignore[override]
+        self.events.extend(batch)
+        await self.bus.aclose()
+
+
+@BOTH_BACKENDS
+async def test_a_bus_closed_inside_a_sinks_own_handle_closes_without_waiting_for_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``await bus.aclose()`` inside a sink's handle waited for every sink, that one included, so
+    for the whole close deadline; then it gave the sink up as "still busy" and abandoned its
+    batch. Now the close goes on in the bus's own task and the handle returns: the batch is
+    delivered, every sink closed, well within the deadline."""
+    other = MemorySink()
+    with anyio.fail_after(SLACK):
+        async with Bus(close_timeout=SLACK) as bus:
+            sink = _ClosesTheBus(bus)
+            bus.subscribe(sink, name="closer")
+            bus.subscribe(other, name="other")
+            bus.emit(refused(1))
+            await anyio.sleep(0.01)
+            assert bus.stats().sink("closer").delivered == 1
+            bus.emit(refused(2))  # after the close: counted, not delivered
+    stats = bus.stats()
+    assert [(s.delivered, s.abandoned, s.failed) for s in stats.sinks] == [(1, 0, 0), (1, 0, 0)]
+    assert stats.dropped_after_close == 1
+    assert sink.closed and other.closed and "still busy" not in caplog.text

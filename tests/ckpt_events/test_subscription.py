@@ -529,3 +529,41 @@ async def test_what_another_task_emits_or_a_chain_is_not_taken_for_a_loop(
     assert stats.sink("awaiting").fed_itself == 0
     assert stats.sink("awaiting").delivered > 500
     assert not [r for r in caplog.records if "feeds itself" in r.getMessage()]
+
+
+class _Quits:
+    """A sink that unsubscribes itself from inside its own (async) handle or its aclose()."""
+
+    def __init__(self, *, in_aclose: bool = False) -> None:
+        self.sub: Any = None
+        self.in_aclose = in_aclose
+        self.events: list[Event] = []
+        self.closed = 0
+
+    async def handle(self, batch: list[Event]) -> None:
+        self.events.extend(batch)
+        if not self.in_aclose:
+            await self.sub.aclose()
+
+    async def aclose(self) -> None:
+        self.closed += 1
+        if self.in_aclose:
+            await self.sub.aclose()
+
+
+@BACKENDS
+@pytest.mark.parametrize("in_aclose", [False, True], ids=["in-handle", "in-aclose"])
+async def test_a_sink_awaiting_its_own_subscriptions_aclose_is_not_stuck(in_aclose: bool) -> None:
+    """``await sub.aclose()`` from the sink's own handle (or aclose) waited for its own delivery
+    task, which was the one waiting: a flush timed out, the bus's close waited out its whole
+    deadline and abandoned the batch, and the sink's aclose() never ran. Now it unsubscribes and
+    returns: the batch in hand is delivered, the sink closed once."""
+    sink = _Quits(in_aclose=in_aclose)
+    async with Bus(close_timeout=1) as bus:
+        sink.sub = bus.subscribe(sink, name="quits")
+        bus.emit(refused(1))
+        assert await bus.flush(timeout=1)
+        with anyio.fail_after(1):
+            await sink.sub.aclose()
+    stats = bus.stats().sink("quits")
+    assert (stats.delivered, stats.abandoned, stats.failed, sink.closed) == (1, 0, 0, 1)
