@@ -709,7 +709,8 @@ def _default_name(sink: object) -> str:
     of other characters made ``-``, its leading ones dropped and cut to 128 (``_MySink`` is
     ``MySink``); ``sink`` if nothing is left. The rule held for given names only, and a class
     name went into stats and log lines as it was (``_MySink``, ``Sinké``, 300 characters)."""
-    raw = type(sink).__name__
+    # A class subscribed as it is (its handle a classmethod) was named for its metaclass, "type".
+    raw = sink.__name__ if isinstance(sink, type) else type(sink).__name__
     if SAFE_NAME.fullmatch(raw) is not None:
         return raw
     cleaned = _UNSAFE_RUN.sub("-", raw).lstrip("._-")[:MAX_NAME].rstrip("-")

@@ -153,6 +153,7 @@ class Subscription:
                 f"a sink's handle must return (or be an async def), not yield: "
                 f"{type(sink).__name__}.handle is a generator function"
             )
+        _check_takes_a_batch(sink, handle)
         self._async = inspect.iscoroutinefunction(handle)
         # Its sink's conduct: loop holds, feeding itself, failures (counted, said once).
         self._watch = SinkWatch(name, is_async=self._async)
@@ -605,6 +606,26 @@ def _finish(batch: list[Any]) -> None:
     for i, item in enumerate(batch):
         if type(item) in QUEUED_HANDLES:  # the test the delivery task made over the batch
             batch[i] = item._finished()
+
+
+def _check_takes_a_batch(sink: object, handle: Any) -> None:
+    """``InvalidTypeError`` unless ``handle(batch)`` can be called: written without the batch,
+    keyword-only, with a second required argument (or a sink's class given for an instance),
+    it was subscribed, and every batch failed with a ``TypeError``."""
+    try:
+        signature = inspect.signature(handle)
+    except (TypeError, ValueError):  # a builtin without one: its call will say
+        return
+    try:
+        signature.bind([])
+    except TypeError as exc:
+        if isinstance(sink, type):
+            name = sink.__name__
+            raise InvalidTypeError(f"{name} is a class: subscribe an instance of it, {name}()") from None
+        raise InvalidTypeError(
+            f"{type(sink).__name__}.handle cannot take a batch ({exc}): a sink's handle takes the "
+            f"list of events as its one positional argument, def handle(self, batch)"
+        ) from None
 
 
 def _linger_of(sink: object, given: float | None, blocking: bool) -> float:

@@ -264,3 +264,58 @@ def test_a_user_sink_satisfies_the_protocols_under_mypy_strict(tmp_path: Path, m
         mypy_cache,
     )
     assert errors == []
+
+
+class _NoBatch:
+    def handle(self) -> None:
+        pass
+
+
+class _KeywordOnly:
+    def handle(self, *, batch: list[Any]) -> None:
+        pass
+
+
+class _TwoArgs:
+    def handle(self, batch: list[Any], extra: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("sink", "said"),
+    [
+        (_NoBatch(), r"^_NoBatch\.handle cannot take a batch \(too many positional arguments\): "),
+        (_KeywordOnly(), r"^_KeywordOnly\.handle cannot take a batch \(too many positional arguments\): "),
+        (_TwoArgs(), r"^_TwoArgs\.handle cannot take a batch \(missing a required argument: 'extra'\): "),
+        (_Collect, r"^_Collect is a class: subscribe an instance of it, _Collect\(\)$"),
+    ],
+    ids=["no-batch", "keyword-only", "two-args", "a-class"],
+)
+async def test_a_handle_that_cannot_take_a_batch_is_refused_at_subscribe(sink: Any, said: str) -> None:
+    """A ``handle`` that cannot be called with one batch (written without it, keyword-only, with
+    a second required argument; a sink's class given for an instance) was subscribed, and every
+    batch failed with a TypeError: refused at subscribe in one line naming the fix."""
+    async with Bus() as bus:
+        with pytest.raises(InvalidTypeError, match=said):
+            bus.subscribe(sink)
+        assert bus.stats().sinks == ()
+
+
+class _ClassLevel:
+    """A sink that is a class: its handle a classmethod, its events kept on the class."""
+
+    events: list[Any] = []  # noqa: RUF012  # the class itself is the sink
+
+    @classmethod
+    def handle(cls, batch: list[Any], /) -> None:
+        cls.events.extend(batch)
+
+
+async def test_a_class_whose_handle_takes_a_batch_is_a_sink_named_after_it() -> None:
+    """A class with a classmethod (or staticmethod) handle is a sink as it is, named after the
+    class (its stats said ``type``, its metaclass's name, and a second one ``type-2``)."""
+    async with Bus() as bus:
+        sub = bus.subscribe(_ClassLevel)
+        bus.emit(refused(1))
+        await bus.flush(timeout=5)
+    assert sub.name == "ClassLevel" and [e.time_ns for e in _ClassLevel.events] == [1]
