@@ -193,24 +193,31 @@ class Bus:
         Events emitted afterwards are counted in ``dropped_after_close``. A bus never entered
         (no ``async with``) delivers what it holds and closes its sinks here all the same.
         Inside a sink's own ``handle`` (or ``aclose()``) it starts the close in the bus's task
-        and returns, so that the sink's call can end; leaving ``async with`` waits for it.
+        (or leaves one under way going) and returns, so that the sink's call can end; leaving
+        ``async with`` waits for it.
         """
         if self._forked_from is not None:
             return  # the bus runs, and is closed, in the parent: nothing of it runs here
         self._check_thread("aclose", "anyio.from_thread.run(bus.aclose)")
+        # Waited for inside a sink's own call, the close waited for that call (its whole
+        # deadline), then gave it up as "still busy" and abandoned its batch.
+        in_a_sink = self._tg is not None and self._in_a_sink()
         if self._closing:
-            await self._closed_event.wait()
+            if not in_a_sink:
+                await self._closed_event.wait()
             return
         self._closing = True
         self._closed = True
-        if self._tg is not None:
-            current = anyio.get_current_task().id
-            if any(sub._runs(current) for sub in self._history):
-                # Waited here, the close waited for this sink's own call (its whole deadline),
-                # then gave it up as "still busy" and abandoned its batch.
-                self._tg.start_soon(self._close, name="ckpt_events bus close")
-                return
+        if in_a_sink:
+            assert self._tg is not None
+            self._tg.start_soon(self._close, name="ckpt_events bus close")
+            return
         await self._close()
+
+    def _in_a_sink(self) -> bool:
+        """Whether the caller is a sink's own ``handle`` or ``aclose()`` (its delivery task)."""
+        current = anyio.get_current_task().id
+        return any(sub._runs(current) for sub in self._history)
 
     async def _close(self) -> None:
         """What ``aclose()`` does once: stop routing, deliver, close the sinks, run the hooks."""
