@@ -88,6 +88,27 @@ def _not_started(handle: object, name: object) -> NoReturn:
     raise SpanNotStartedError(type(handle).__name__, str(name))
 
 
+#: What makes each handle, for ``async with`` refused (by class name: the no-op and bridged
+#: handles are subclasses of these).
+_MADE_BY: Final = {
+    "OperationSpan": "tel.operation(...) (or operation(request, ...))",
+    "StepSpan": "op.step(...)",
+    "StageSpan": "coordinate.stage(...)",
+    "CoordinateSpan": "tel.coordinate(...)",
+    "CollectionSpan": "tel.collection(...)",
+}
+
+
+def _not_async(handle: object) -> NoReturn:
+    """``InvalidTypeError`` for ``async with handle``: it was Python's "'_NoopOperation' object
+    does not support the asynchronous context manager protocol", naming an internal class."""
+    made_by = next((_MADE_BY[c.__name__] for c in type(handle).__mro__ if c.__name__ in _MADE_BY), "a span")
+    raise InvalidTypeError(
+        f"{made_by} is entered with `with`, not `async with`: its handle never awaits, so `with` "
+        "serves an async def too"
+    )
+
+
 def _bad_attribute(name: object, value: object) -> NoReturn:
     raise InvalidTypeError(
         f"an attribute needs a str name and a str, bool, int or float value, not {shown(name)}={shown(value)}"
@@ -223,6 +244,14 @@ class _SpanBase:
     _mono_ns: int
     _tracestate: str | None
     _attributes: dict[str, AttributeValue] | None
+
+    if not TYPE_CHECKING:  # at run time only: a type checker flags `async with` on a handle still
+
+        def __aenter__(self) -> NoReturn:
+            _not_async(self)
+
+        def __aexit__(self, *exc_info: object) -> None:  # looked up before __aenter__ is called
+            return None
 
     def _seal(self, name: object) -> bool:
         """End this span: freeze its attributes. ``False`` if it had ended already;

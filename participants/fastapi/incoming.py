@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 from ckpt_events import (
     OperationSpan,
@@ -37,6 +37,14 @@ class WrappedOperation:
         if name.startswith("_"):  # never a slot not yet set (a copy being built): no recursion
             raise AttributeError(name)
         return getattr(self._operation, name)
+
+    if not TYPE_CHECKING:  # at run time only, as the handle's: `async with` refused in one line
+
+        def __aenter__(self) -> Any:
+            return self._operation.__aenter__()
+
+        def __aexit__(self, *exc_info: object) -> None:  # looked up before __aenter__ is called
+            return None
 
 
 class _Timed(WrappedOperation):

@@ -157,3 +157,33 @@ async def test_traceparent_names_the_span_and_carries_the_sampling_flag() -> Non
         with tel.operation("commit") as op:
             header = op.traceparent()
     assert header == f"00-{op.trace_id:032x}-{op.span_id:016x}-01"
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["off", "on"])
+async def test_async_with_on_a_handle_says_to_use_with(listening: bool) -> None:
+    """``async with`` on any handle, telemetry on or off, is one ``InvalidTypeError`` naming the
+    call and ``with`` (it was Python's "'_NoopOperation' object does not support the asynchronous
+    context manager protocol", naming an internal class), and it starts nothing."""
+    async with capture_events() as (bus, events):
+        tel = Telemetry(bus if listening else Bus(), kind="controller", instance="c0")
+        with tel.operation("commit", checkpoint_id="c1") as op, tel.coordinate("prepare") as co:
+            makes = {
+                "tel.operation(...)": lambda: tel.operation("commit", checkpoint_id="c1"),
+                "op.step(...)": lambda: op.step("write"),
+                "tel.coordinate(...)": lambda: tel.coordinate("commit"),
+                "coordinate.stage(...)": lambda: co.stage("resources"),
+                "tel.collection(...)": lambda: tel.collection("checkpoint"),
+            }
+            for call, make in makes.items():
+                with pytest.raises(InvalidTypeError) as refused:
+                    async with make():
+                        pass
+                assert str(refused.value).startswith(f"{call} ")
+                assert "is entered with `with`, not `async with`" in str(refused.value)
+                assert "Noop" not in str(refused.value)
+    assert sorted({type(event).__name__ for event in events}) == (
+        ["CoordinateFinished", "CoordinateStarted", "OperationFinished", "OperationStarted"]
+        if listening
+        else []
+    )
+    assert len(events) == (4 if listening else 0)  # the two entered with `with`, nothing else

@@ -61,3 +61,42 @@ async def test_a_forgotten_with_behaves_as_tel_operations_on_or_off(
     if sink is not None:
         assert [type(event).__name__ for event in sink.events] == ["StepStarted", "StepFinished"]
         assert "made of a commit operation not entered" in caplog.text
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["off", "on"])
+async def test_async_with_says_to_use_with_on_or_off(listening: bool) -> None:
+    """``async with operation(request, ...)`` (and ``incoming(request).operation(...)``) is one
+    ``InvalidTypeError`` saying to use ``with``, telemetry on or off (it was Python's "'HeldOperation'
+    object does not support the asynchronous context manager protocol", or '_NoopOperation'
+    with telemetry off), and records nothing."""
+    sink = MemorySink() if listening else None
+    app = FastAPI()
+    if sink is None:
+        instrument(app, kind="judge", instance="judge-0")
+    else:
+        instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+
+    @app.post("/{how}")
+    async def commit(request: Request, how: str) -> str:
+        tel = telemetry(request)
+        made = (
+            operation(request, "commit", checkpoint_id="c1")
+            if how == "operation"
+            else incoming(request).operation(tel, "commit", checkpoint_id="c1")
+        )
+        try:
+            async with made:  # type: ignore[attr-defined]
+                pass
+        except TypeError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "entered"
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as client:
+            for path in ("/operation", "/incoming"):
+                said = (await client.post(path)).json()
+                assert said.startswith("InvalidTypeError: tel.operation(...) (or operation(request, ...))")
+                assert "is entered with `with`, not `async with`" in said
+    if sink is not None:
+        assert sink.events == []
