@@ -91,6 +91,12 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def one_block(page: str, marker: str) -> str:
+    """The one python block of ``docs/page`` holding ``marker``."""
+    (block,) = [b.code for b in blocks(DOCS / page, "python") if marker in b.code]
+    return block
+
+
 def run_python(code: str, cwd: Path, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter in ``cwd``, without our or OpenTelemetry's variables,
     deprecations as errors (an example never uses a name on its way out)."""

@@ -38,6 +38,7 @@ from tests.readme_pages import (
     blocks,
     links,
     name_of,
+    one_block,
     run_python,
     slug,
 )
@@ -49,11 +50,6 @@ _PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 #: Programs a page's bash line may start with that are not ours to parse; each is exercised
 #: elsewhere (curl and uvicorn: the FastAPI quickstart's test; the rotel line: its own test).
 _OTHER_PROGRAMS = frozenset({"curl", "uvicorn", "python3", "ruff", "mypy", "pytest"})
-
-
-def _one(page: str, marker: str) -> str:
-    (block,) = [b.code for b in blocks(DOCS / page, "python") if marker in b.code]
-    return block
 
 
 #: Packages an example may import that no extra of ours installs: its block is skipped, saying
@@ -231,7 +227,7 @@ def test_the_reply_bounds_the_http_api_page_states_are_the_codes(tmp_path: Path)
     assert "reads a participant's reply (a control call or a work call) up to 32 MiB" in said
     assert "`watch` reads a `/status` up to 256 KiB" in said
     assert "inference worker's stream and cut receipt up to 32 MiB" in said
-    example = _one("http-api.md", "max_reply_bytes=100")
+    example = one_block("http-api.md", "max_reply_bytes=100")
     (shown,) = [b.code for b in blocks(DOCS / "http-api.md", "text") if "over the 100-byte bound" in b.code]
     result = run_python(example, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -281,7 +277,7 @@ async def test_what_the_docs_say_of_rollout_ids_holds() -> None:
 def test_server_example_joins_the_callers_trace_and_logs_hex_ids(tmp_path: Path) -> None:
     """With CKPT_EVENTS_JSONL set, the library page's example continues the incoming trace,
     passes its tracestate on, and logs the trace id as the caller's hex string."""
-    block = _one("library.md", "with_tracestate")
+    block = one_block("library.md", "with_tracestate")
     result = run_python(block, tmp_path, CKPT_EVENTS_JSONL=str(tmp_path / "run.jsonl"))
     assert result.returncode == 0, result.stderr
     assert f"00-{_PARENT_TRACE}-" in result.stdout
@@ -296,7 +292,7 @@ def test_server_example_exits_fast_when_the_collector_is_down(tmp_path: Path) ->
     then 8 s: the final export backed off for its whole close budget)."""
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
-    block = _one("library.md", "with_tracestate")
+    block = one_block("library.md", "with_tracestate")
     started = time.monotonic()
     result = run_python(block, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
     took = time.monotonic() - started
@@ -347,7 +343,7 @@ async def test_the_library_pages_lingers_are_the_sinks(tmp_path: Path) -> None:
 
 def test_custom_sink_example_prints_its_alert(tmp_path: Path) -> None:
     """The sink page's example prints its alert and its table."""
-    result = run_python(_one("writing-a-sink.md", "RefusalAlert"), tmp_path)
+    result = run_python(one_block("writing-a-sink.md", "RefusalAlert"), tmp_path)
     assert result.returncode == 0, result.stderr
     assert "ALERT resources/resources-0 refused a request: stale_attempt" in result.stdout
     assert "'resources/resources-0 commit':" in result.stdout
@@ -357,7 +353,7 @@ def test_every_nth_example_keeps_every_nth_event_across_batches() -> None:
     """The sink page's ``EveryNth`` keeps the n-th, 2n-th, ... event however the bus batches
     them (it sliced each batch on its own: batches of one event kept every event)."""
     namespace: dict[str, object] = {}
-    exec(_one("writing-a-sink.md", "class EveryNth"), namespace)
+    exec(one_block("writing-a-sink.md", "class EveryNth"), namespace)
     sink = namespace["EveryNth"](n=2, keep=3)  # type: ignore[operator]
     for event in range(10):
         sink.handle([event])
@@ -375,7 +371,7 @@ def test_the_sink_pages_examples_pass_mypy_strict(tmp_path: Path, mypy_cache: Pa
     for marker in ("RefusalAlert", "class EveryNth"):
         folder = tmp_path / marker.split()[-1]
         folder.mkdir()
-        assert mypy_strict(_one("writing-a-sink.md", marker), folder, mypy_cache) == [], marker
+        assert mypy_strict(one_block("writing-a-sink.md", marker), folder, mypy_cache) == [], marker
 
 
 def test_sink_members_table_names_the_protocols() -> None:
@@ -394,7 +390,7 @@ def test_sink_members_table_names_the_protocols() -> None:
 def test_fastapi_page_example_continues_the_trace_and_counts_the_refusal(tmp_path: Path) -> None:
     """The FastAPI page's example answers 200 then 409, and its log holds the commit and its
     upload step in the caller's trace, then the refusal."""
-    result = run_python(_one("fastapi.md", "seen: set[str]"), tmp_path)
+    result = run_python(one_block("fastapi.md", "seen: set[str]"), tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:2] == ["200 {'records': 2}", "409 {'error': 'stale_checkpoint'}"]
@@ -476,7 +472,7 @@ def test_fastapi_page_own_sink_gets_every_lifespans_operations(tmp_path: Path) -
     twice in one process (a ``TestClient`` per test), each lifespan's bus has the sink again.
     No page said how to add a sink to an instrumented app (the README's ``bus.subscribe`` has no
     ``bus`` there; one subscribed to ``instrument(...).bus`` reached the first lifespan only)."""
-    example = _one("fastapi.md", "def lifespan(")
+    example = one_block("fastapi.md", "def lifespan(")
     result = run_python(example + "\nanyio.run(main)\n", tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["judge/judge-0 commit ok"] * 2
@@ -484,79 +480,6 @@ def test_fastapi_page_own_sink_gets_every_lifespans_operations(tmp_path: Path) -
     assert logged.count("operation_finished") == 2
     readme = README.read_text()
     assert "docs/fastapi.md#your-own-sink-beside-the-configured-ones" in readme
-
-
-def test_pytest_plugin_example_passes_under_pytest(tmp_path: Path) -> None:
-    """The testing page's test file passes when pytest runs it, with only the installed plugin."""
-    (tmp_path / "test_commit.py").write_text(_one("testing.md", "def test_commit_is_one_span"))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "test_commit.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 passed" in result.stdout
-
-
-def _pytest(where: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """pytest run in ``where`` on its files, warnings as errors, ``where`` importable."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=where,
-        env={**os.environ, "PYTHONPATH": str(where)},
-    )
-
-
-#: A pytest-asyncio fixture holding an instrumented app's lifespan across its ``yield``.
-_LIFESPAN_IN_A_FIXTURE: Final = """
-import pytest
-import pytest_asyncio
-
-from test_app import make_app
-
-
-@pytest_asyncio.fixture
-async def app(ckpt_capture):
-    tel = ckpt_capture.telemetry("judge", "judge-0")
-    app = make_app(telemetry=tel, bus=tel.bus)
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-@pytest.mark.asyncio
-async def test_served(app):
-    pass
-"""
-
-
-@pytest.mark.parametrize("mode", ["strict", "auto"])
-def test_the_pytest_asyncio_recipe_passes_under_pytest_asyncio(tmp_path: Path, mode: str) -> None:
-    """The testing page's pytest-asyncio files pass under pytest-asyncio (strict and auto mode,
-    warnings as errors, two xdist workers); a fixture holding the lifespan across its yield
-    fails at teardown with our one line (was anyio's "Attempted to exit cancel scope in a
-    different task", twice, from our lifespan). Skipped without pytest-asyncio and asgi-lifespan,
-    which our suite does not install: pytest-asyncio would run its async tests too."""
-    for package in ("pytest_asyncio", "asgi_lifespan", "xdist"):
-        if importlib.util.find_spec(package) is None:
-            pytest.skip(f"needs {package} installed (pip install pytest-asyncio asgi-lifespan pytest-xdist)")
-    (tmp_path / "test_app.py").write_text(_one("testing.md", "# test_app.py"))
-    (tmp_path / "test_fixture.py").write_text(_one("testing.md", "# test_fixture.py"))
-    options = ["-o", f"asyncio_mode={mode}", "-o", "asyncio_default_fixture_loop_scope=function"]
-    result = _pytest(tmp_path, *options, "-n", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
-    (tmp_path / "test_lifespan_fixture.py").write_text(_LIFESPAN_IN_A_FIXTURE)
-    result = _pytest(tmp_path, *options, "-n", "0", "test_lifespan_fixture.py")
-    assert "1 passed, 1 error" in result.stdout, result.stdout + result.stderr
-    assert "ConfigurationError: the instrumented app's lifespan was entered in one task" in result.stdout
-    assert "Attempted to exit cancel scope" not in result.stdout
 
 
 @pytest.mark.collector
