@@ -218,7 +218,11 @@ class ReportListener:
 
     def close_forked_copy(self) -> None:
         """In a process forked from the owner: close this copy's descriptors (the report pipe
-        and the wake pipe). The thread is the owner's, not copied here."""
+        and the wake pipe), unless the owner's thread had closed them: a fork after the child
+        exited closed the numbers again, the server's own files and pipes holding them by then
+        (read unlocked: the lock may be held by the thread, which is not copied here)."""
+        if not self._wake_open:
+            return
         for fd in (self.fd, self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -252,9 +256,11 @@ class ReportListener:
                     line.clear()
                     skipping = True
         finally:
-            os.close(self.fd)
             with self._wake_lock:
+                # Said closed before the closes: a fork meanwhile keeps a copy of them, rather than
+                # close_forked_copy closing what holds their numbers by then in the forked child.
                 self._wake_open = False
+                os.close(self.fd)
                 os.close(self._wake_r)
                 os.close(self._wake_w)
 

@@ -1031,6 +1031,46 @@ def test_a_forked_copy_keeps_none_of_the_report_listeners_descriptors(tmp_path: 
     assert run.stdout.split() == ["0", "True"]
 
 
+def test_a_fork_after_the_child_exited_closes_none_of_the_servers_own_descriptors(tmp_path: Path) -> None:
+    """A fork after the export process was closed (its ``ExportProcess`` still referenced): the
+    forked copy closed the report listener's three descriptor numbers again, by then the
+    server's own (here a pipe opened after the close, so the child's write end was gone)."""
+    log = tmp_path / "events.jsonl"
+    script = textwrap.dedent(
+        f"""
+        import os, anyio
+        from ckpt_events import Bus
+        from ckpt_events.sinks import configure
+
+        async def main():
+            async with Bus() as bus:
+                configured = configure(bus, jsonl_path={str(log)!r}, export_process=True)
+                await configured.aclose()
+            while configured.export_process._reports.running:
+                await anyio.sleep(0.01)
+            mine = os.pipe()
+            worker = os.fork()
+            if worker == 0:
+                closed = 0
+                for fd in mine:
+                    try:
+                        os.fstat(fd)
+                    except OSError:
+                        closed += 1
+                os._exit(closed)
+            _, status = os.waitpid(worker, 0)
+            print(os.waitstatus_to_exitcode(status))
+
+        anyio.run(main)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0"]
+
+
 async def test_a_cancelled_close_still_kills_a_child_that_hangs(tmp_path: Path) -> None:
     """A caller's own deadline cutting ``aclose()`` short (Configured.aclose has one) leaves no
     child behind."""
