@@ -253,39 +253,61 @@ class Bus:
 
     async def _close_never_entered(self) -> None:
         """``aclose()`` of a bus never entered: its subscriptions still deliver what was emitted
-        and close their sinks, in a task group of their own, under the same deadline (they held
-        their events pending for good, and no sink was closed)."""
+        and close their sinks, as ``_close_unstarted`` does (they held their events pending for
+        good, and no sink was closed)."""
+        await self._close_unstarted(list(self._history), self.close_timeout, "bus closed")
+
+    async def _close_unstarted(self, subs: list[Subscription], timeout: float, what: str) -> None:
+        """Close ``subs`` of a bus never entered, deliver what they hold and close their sinks, in a
+        task group of its own, within ``timeout`` (the rest abandoned, counted and said with
+        ``what``): the bus's own close, and ``Configured.aclose()`` of its sinks before the bus ever
+        started (it closed nothing: the export child ran on, the JSON-lines file open, unwritten)."""
+        for sub in subs:
+            sub.close()
+        loop_thread = self._loop_thread
+        call_soon = self._call_soon_threadsafe
         self._loop_thread = threading.get_ident()
         self._call_soon_threadsafe = _threadsafe_scheduler()
         # Shielded (bounded by _wait_for_sinks's deadline): in a caller's cancelled scope its
         # delivery tasks were cancelled as they started, and an async sink's events abandoned.
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                try:
-                    for sub in list(self._history):
-                        self._start(sub)
-                    await self._wait_for_sinks()
-                finally:
-                    self._tg = None
-                    tg.cancel_scope.cancel()  # a task given up on at the deadline is not waited for
+        try:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    try:
+                        for sub in subs:
+                            if not sub._started:
+                                self._start(sub)
+                        await self._wait_for_sinks(timeout, what)
+                    finally:
+                        self._tg = None
+                        tg.cancel_scope.cancel()  # a task given up on at the deadline is not waited for
+        finally:
+            # Not entered still: a sub.close() from another thread runs there and then, not on
+            # this loop (perhaps gone by then, and the call with it).
+            self._loop_thread = loop_thread
+            self._call_soon_threadsafe = call_soon
 
-    async def _wait_for_sinks(self) -> None:
-        """Wait for every started subscription to finish, within ``close_timeout``; give up on the rest."""
+    async def _wait_for_sinks(self, timeout: float | None = None, what: str = "bus closed") -> None:
+        """Wait for every started subscription to finish, within ``timeout`` (the bus's
+        ``close_timeout`` by default); give up on the rest."""
+        if timeout is None:
+            timeout = self.close_timeout
         # Every subscription still running, also one unsubscribed earlier and still
         # delivering or closing its sink: the deadline covers them all (it covered only those
         # subscribed at close, and a sink closing for 20 s held a 1 s close for 20 s).
         started = [sub for sub in self._history if sub._started]
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
             for sub in started:
                 await sub._sink_closed.wait()
         stuck = [sub for sub in started if not sub._sink_closed.is_set()]
         if stuck:
             abandoned = sum(sub._abandon() for sub in stuck)
             logger.warning(
-                "bus closed with %s still busy after %.1f s; %d events abandoned (counted in bus.stats())",
+                "%s with %s still busy after %.1f s; %d events abandoned (counted in bus.stats())",
+                what,
                 ", ".join(repr(sub.name) for sub in stuck),
-                self.close_timeout,
+                timeout,
                 abandoned,
             )
 

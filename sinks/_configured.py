@@ -109,7 +109,8 @@ class Configured:
     async def aclose(self) -> None:
         """Deliver what was emitted, unsubscribe (the bus closes each sink, side by side), and shut
         down the meter provider ``configure`` built once the sinks recording through it are
-        closed, in what is left. All within ``close_timeout``. Idempotent: a second call
+        closed, in what is left. All within ``close_timeout``, also on a bus never started (its
+        sinks are run here to deliver what they hold and close). Idempotent: a second call
         returns when the first is done. A close
         cancelled or failing still shuts the meter provider down (in at most a second) and
         closes the Prometheus endpoint, last."""
@@ -128,6 +129,15 @@ class Configured:
                     # The child closes in what is left of this deadline (serve and instrument() set
                     # close_timeout after configure(); the child was given 8 s of a 10 s default).
                     self.export_process.close_timeout = max(0.0, deadline - anyio.current_time())
+                bus = self.bus
+                if bus._tg is None and not bus._closed:
+                    # A bus never started (a server whose startup failed first): the sinks'
+                    # delivery tasks never ran, so the flush and unsubscribing delivered and closed
+                    # nothing (the export child ran on, the JSON-lines file open with 0 lines).
+                    remaining = max(0.0, deadline - anyio.current_time())
+                    await bus._close_unstarted(
+                        list(self.subscriptions), remaining, "configure()'s sinks closed"
+                    )
                 feeding = self._feeding_provider()
                 # Side by side: one after the other, a span sink's and a metric sink's last exports
                 # to a hanging collector took their two timeouts (10 + 5 s past a 10 s close). The

@@ -590,3 +590,32 @@ async def test_our_meter_provider_shut_down_by_your_code_is_counted_and_said_onc
     assert (stats.events, stats.dropped) == (4, 2)
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "MeterProvider was shut down" in record.getMessage()
+
+
+@pytest.mark.parametrize("leave", ["aclose", "async with"])
+async def test_closing_before_the_bus_ever_started_delivers_and_closes_every_sink(
+    tmp_path: Path, leave: str
+) -> None:
+    """A server whose startup failed before its bus started: ``configured.aclose()`` (or leaving
+    ``async with configure(...)``) returned at once having delivered nothing and closed nothing
+    (the file open with 0 lines, the spans unexported, the meter provider shut down before its
+    records came, so they were dropped later). Now it delivers and closes them; the bus's later
+    close has nothing left to do."""
+    path = tmp_path / "events.jsonl"
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    bus = Bus()
+    configured = configure(bus, jsonl_path=path, span_exporter=spans, metric_readers=[reader])
+    with Telemetry(bus, kind="environment", instance="env-0").operation("commit", checkpoint_id="c1"):
+        pass
+    if leave == "aclose":
+        await configured.aclose()
+    else:
+        async with configured:
+            pass
+    assert len(list(read_events(path))) == 2
+    assert [span.name for span in spans.get_finished_spans()] != []
+    assert metric_points(reader) != {}
+    assert configured.jsonl_sink is not None and configured.jsonl_sink._closed
+    assert all(row.delivered == row.emitted and row.pending == 0 for row in bus.stats().sinks)
+    await bus.aclose()
+    assert len(list(read_events(path))) == 2

@@ -1348,3 +1348,26 @@ def _commits_counted(url: str) -> float:
         for line in text.splitlines()
         if line.startswith(prefix) and 'operation="commit"' in line
     )
+
+
+async def test_closing_before_the_bus_ever_started_ends_the_child_with_every_event_written(
+    tmp_path: Path,
+) -> None:
+    """A server whose startup failed before its bus started: ``configured.aclose()`` returned in
+    0.00 s, the child still running and the log at 0 lines until a later ``bus.aclose()`` (none,
+    on a server that gave up). The events now reach the child's sinks, and the child has exited,
+    within the close itself; the bus's later close has nothing left to do."""
+    log = tmp_path / "events.jsonl"
+    with otlp_receiver() as received:
+        bus = Bus()
+        configured = configure(bus, jsonl_path=log, otlp_endpoint=received.url, export_process=True)
+        process = configured.export_process
+        assert process is not None
+        _checkpoints(Telemetry(bus, kind="environment", instance="env-0"), 5)
+        await configured.aclose()
+        assert not alive(process.pid)
+        assert len(list(read_events(log))) == 20 and received.paths.count("/v1/traces") >= 1
+        stats = process.stats()
+        assert stats.forwarded == 20 and stats.dropped == 0 and stats.exit_code == 0
+        await bus.aclose()
+    assert bus.stats().sink("export-process").delivered == 20
