@@ -190,6 +190,19 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
     for row in rows.values():
         for name in row.unknown:
             del row.ms[name]
+    # A participant whose every event came from its workers (a user's gunicorn -w N, each
+    # worker its own Telemetry(worker=i)) gets its own row to head theirs: its records and bytes
+    # its workers' sums, no times of its own. Without it, its workers sat under the row before
+    # them, another participant's.
+    for kind, instance, worker in list(rows):
+        if worker is not None and (kind, instance, None) not in rows:
+            shares = [r for (k, i, w), r in rows.items() if (k, i) == (kind, instance) and w is not None]
+            rows[kind, instance, None] = Breakdown(
+                kind,
+                instance,
+                records=known_sum(r.records for r in shares),
+                bytes=known_sum(r.bytes for r in shares),
+            )
     return sorted(
         fold_columns(list(rows.values())),
         key=lambda r: (_kind_place(r.kind), r.kind, r.instance, -1 if r.worker is None else r.worker),
@@ -261,8 +274,10 @@ def per_kind(rows: list[Breakdown]) -> list[Breakdown]:
                 kind,
                 f"x{instances} (longest)",
                 ms,
-                known_sum(r.records for r in members),
-                known_sum(r.bytes for r in members),
+                # A participant's own row holds its workers' records and bytes: theirs again
+                # doubled them (5 records in 2 workers read 10).
+                known_sum(r.records for r in members if r.worker is None),
+                known_sum(r.bytes for r in members if r.worker is None),
                 sum(r.errors for r in members),
                 unknown=unknown,
                 cancelled=sum(r.cancelled for r in members),
