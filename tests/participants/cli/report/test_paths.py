@@ -162,6 +162,22 @@ def test_two_participants_reads_over_half_a_restore_are_both_named() -> None:
     assert dominated(spans[:3]) == "read on model/model-0 415.6 ms dominated"
 
 
+def test_a_users_own_restore_step_is_what_dominated_the_restore() -> None:
+    """A judge's restore spent 15.0 of its 18 ms in its own step ``download``: the line named its
+    1.0 ms ``install`` instead ("longest install: ..., 6% of the restore"), the one step of the
+    original system's names in it. Any step of a restore operation is weighed; a user's step of
+    another operation (``notify`` under resume, longer still) is not."""
+    spans = [
+        CollectionFinished(Kind.CONTROLLER, "c", T, 1, 0, 18 * MS, CollectionAction.RESTORE, "k"),
+        OperationFinished("judge", "judge-0", T, 10, 1 * MS, 17 * MS, Operation.RESTORE, "k", 1),
+        StepFinished("judge", "judge-0", T, 11, 1 * MS, 16 * MS, "download", "k", 10, bytes=3_000_000),
+        StepFinished("judge", "judge-0", T, 12, 16 * MS, 17 * MS, Step.INSTALL, "k", 10),
+        OperationFinished("judge", "judge-1", T, 20, 0, 18 * MS, Operation.RESUME, "k", 1),
+        StepFinished("judge", "judge-1", T, 21, 0, 17 * MS, "notify", "k", 20),
+    ]
+    assert dominated(spans) == "download on judge/judge-0 15.0 ms dominated, 3.0 MB at 200 MB/s"
+
+
 def test_a_child_of_unknown_duration_makes_the_path_unknown_from_its_parent() -> None:
     """The agent's clock went back during its prepare (end stamped before start): it may have
     ended as late as P did, so the path is unknown from P down and the model, which ended last
