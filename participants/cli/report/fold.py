@@ -52,13 +52,18 @@ from ckpt_events.participants.cli.report.events import (
     what_of,
     who_wrote,
 )
-from ckpt_events.participants.cli.report.paths import dominant_step_ms, reads_ms
+from ckpt_events.participants.cli.report.paths import (
+    dominant_step_ms,
+    is_restore_step,
+    reads_ms,
+    restore_operations,
+)
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.roots import RootEnd, RootStart, end_of, same_row, start_of
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome, Step
+from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome
 
 __all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "unscoped_of"]
 
@@ -339,17 +344,18 @@ def fold_events(
                 (s for (tid, _), s in started.items() if tid == trace_id and s.start_ns <= e.end_ns),
             )
             if kept.what == "restore":
-                # A read or install still open when the restore ended (its process killed, or
+                # A restore's step still open when the restore ended (its process killed, or
                 # slower than the controller waited) may be the longest: then none is named.
+                opened = [s for (tid, _), s in started.items() if tid == trace_id]
+                unknown = [(s, end) for (tid, _), (s, end) in ended_unknown.items() if tid == trace_id]
+                restores = restore_operations([*buffer, *opened, *(s for s, _ in unknown)])
                 unfinished = [
-                    s
-                    for (tid, _), s in started.items()
-                    if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
+                    s for s in opened if isinstance(s, StepStarted) and is_restore_step(s, restores)
                 ]
                 unread = [
-                    (s, skipped)
-                    for (tid, _), (s, skipped) in ended_unknown.items()
-                    if tid == trace_id and isinstance(s, StepStarted) and s.step in (Step.READ, Step.INSTALL)
+                    (s, end)
+                    for s, end in unknown
+                    if isinstance(s, StepStarted) and is_restore_step(s, restores)
                 ]
                 if unread and not unfinished:
                     # Its end skipped (another version's): not among the steps weighed, so the

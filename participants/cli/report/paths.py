@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
-from ckpt_events import Event, OperationFinished, OperationStarted, StepFinished
+from ckpt_events import Event, OperationFinished, OperationStarted, StepFinished, StepStarted
 from ckpt_events.participants.cli.report.events import (
     FinishedSpan,
     StartedSpan,
@@ -44,9 +44,11 @@ __all__ = [
     "critical_path",
     "dominated",
     "dominant_step_ms",
+    "is_restore_step",
     "on_critical_path",
     "path_line",
     "path_unknown_line",
+    "restore_operations",
     "slowest_operation",
     "unknown_on_path",
 ]
@@ -311,19 +313,29 @@ def path_unknown_line(events: Sequence[Event], trace_id: int) -> str:
     return said if slowest is None else f"{said}; slowest operation: {_operation(slowest, chosen)}"
 
 
-def _restore_steps(spans: Sequence[FinishedSpan]) -> list[StepFinished]:
-    """A restore's steps of known duration: its read and install steps, and every step of a
-    restore operation among ``spans`` (a user's own, ``download``: a restore that spent 15 of
-    its 18 ms in it was said to have spent longest in its 1 ms ``install``)."""
-    restores = {
-        e.span_id for e in spans if isinstance(e, OperationFinished) and e.operation == Operation.RESTORE
+def restore_operations(spans: Iterable[Event]) -> set[int]:
+    """The span ids of the restore operations among ``spans`` (started or finished)."""
+    return {
+        e.span_id
+        for e in spans
+        if isinstance(e, OperationStarted | OperationFinished) and e.operation == Operation.RESTORE
     }
+
+
+def is_restore_step(step: StepStarted | StepFinished, restores: set[int]) -> bool:
+    """A step a restore's time is weighed by: a read or an install, or any step of one of the
+    ``restores`` (a user's own, ``download``: a restore that spent 15 of its 18 ms in it was
+    said to have spent longest in its 1 ms ``install``)."""
+    return step.step in (Step.READ, Step.INSTALL) or step.parent_span_id in restores
+
+
+def _restore_steps(spans: Sequence[FinishedSpan]) -> list[StepFinished]:
+    """A restore's steps (``is_restore_step``) of known duration."""
+    restores = restore_operations(spans)
     return [
         e
         for e in spans
-        if isinstance(e, StepFinished)
-        and (e.step in (Step.READ, Step.INSTALL) or e.parent_span_id in restores)
-        and duration_ns(e) is not None
+        if isinstance(e, StepFinished) and is_restore_step(e, restores) and duration_ns(e) is not None
     ]
 
 

@@ -694,6 +694,36 @@ def test_a_restore_retried_after_a_killed_participant_is_two_rows_the_first_nami
     assert retry.causes == [] and retry.dominated.startswith(("read on", "longest read"))
 
 
+async def _judge_killed_mid_download() -> list[Any]:
+    """A restore of a user's judges: judge-0's ``download`` done in 1 tick, judge-1 killed mid-way
+    through its own (neither its restore nor its step ever ends)."""
+    from ckpt_events.testing import capture_events
+
+    async with capture_events() as (bus, events):
+        ctl = Telemetry(bus, kind="controller", instance="coordination")
+        judges = [Telemetry(bus, kind="judge", instance=f"judge-{i}") for i in (0, 1)]
+        with pytest.raises(ConnectionResetError), ctl.coordinate("restore", checkpoint_id="c1") as call:
+            with judges[0].operation("restore", checkpoint_id="c1", traceparent=call.traceparent()) as op:
+                with op.step("download"):
+                    pass
+            killed = judges[1].operation("restore", checkpoint_id="c1", traceparent=call.traceparent())
+            killed.__enter__()
+            killed.step("download").__enter__()
+            raise ConnectionResetError("judge-1: connection reset by peer")
+    return events
+
+
+def test_a_users_restore_step_unfinished_leaves_the_longest_unknown() -> None:
+    """Once a user's restore steps are weighed, one still open when the restore ended may be the
+    longest: said unknown, naming it, never judge-0's finished ``download`` as the longest."""
+    events = anyio.run(_judge_killed_mid_download)
+    (row,) = overview(events).rows
+    assert row.dominated == (
+        "longest read or install unknown: download on judge/judge-1 had not finished when the restore ended"
+    )
+    assert row.dominant_ms is None
+
+
 async def _two_failed_restores(skew_s: int, refusals: int = 1) -> list[Any]:
     """Two restores of c1, 5 s apart, both failed (the controller's calls ended in error): the
     first on agent-0's refusal (counted ``refusals`` times), the second on model-0's; agent-0's
