@@ -93,7 +93,7 @@ class Breakdown:
     kind: str
     instance: str
     ms: dict[str, float] = field(default_factory=dict)
-    #: ``None`` where no commit said its records (or no ``write`` step its bytes): unknown, not
+    #: ``None`` where no commit said its records (or its bytes, or its ``write`` step): unknown, not
     #: 0 (a user's server that never sets them read "bytes written 0").
     records: int | None = None
     bytes: int | None = None
@@ -153,6 +153,8 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
     # "126 errors"); a step's error the span caught and another of its own are two. Steps
     # only: a step is its participant's own, a called participant's operation is not.
     failed_under: dict[tuple[int, int], set[str]] = {}
+    # Each write step's row and bytes, by (trace, its commit's span), until its commit ends.
+    written: dict[tuple[int, int | None], tuple[Breakdown, int]] = {}
     for event in events:
         match event:
             case OperationFinished(operation=op) | StepFinished(step=op) if (
@@ -183,10 +185,21 @@ def breakdown(events: Iterable[Event], checkpoint_id: str | None = None) -> list
                     and event.records is not None
                 ):
                     row.records = (row.records or 0) + event.records
+                # Bytes written: the commit's own figure (a user's server sets it on the commit,
+                # as bytes_total counts it; its "upload" step read "-"), else its write step's,
+                # which ends before it.
                 if isinstance(event, StepFinished) and op == Step.WRITE and event.bytes is not None:
-                    row.bytes = (row.bytes or 0) + event.bytes
+                    written[event.trace_id, event.parent_span_id] = (row, event.bytes)
+                elif isinstance(event, OperationFinished) and op == Operation.COMMIT:
+                    step = written.pop((event.trace_id, event.span_id), None)
+                    if event.bytes is not None:
+                        row.bytes = (row.bytes or 0) + event.bytes
+                    elif step is not None:
+                        step[0].bytes = (step[0].bytes or 0) + step[1]
             case _:
                 pass
+    for row, size in written.values():  # a write whose commit is not in the events
+        row.bytes = (row.bytes or 0) + size
     for row in rows.values():
         for name in row.unknown:
             del row.ms[name]

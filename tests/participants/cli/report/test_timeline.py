@@ -159,3 +159,26 @@ async def test_an_exception_leaving_a_step_and_its_operation_is_one_error() -> N
     (row,) = breakdown(events)
     assert row.errors == 3 + 1 + 2
     assert row.errors_said == " (6 errors: KeyError, OSError, ValueError)"
+
+
+async def test_bytes_written_are_the_commits_own_when_it_says_them() -> None:
+    """The SPEC's and the FastAPI guide's commit, ``op.set(records=12, bytes=4096)`` around a step
+    ``upload``: the table read records 12, bytes written ``-`` (only a ``write`` step's bytes were
+    read). The commit's own figure counts; a commit that says its bytes and has a write step
+    that says them too (the reference participants) counts them once; a commit that says none
+    takes its write step's."""
+    async with capture_events() as (bus, events):
+        judge = Telemetry(bus, kind="judge", instance="judge-0")
+        store = Telemetry(bus, kind="resources", instance="resources-0")
+        with judge.operation("commit", checkpoint_id="c1") as op:
+            with op.step("upload"):
+                pass
+            op.set(records=12, bytes=4096)
+        for said in (True, False):
+            with store.operation("commit", checkpoint_id="c1") as op:
+                with op.step("write") as write:
+                    write.set(records=3, bytes=300)
+                op.set(records=3, bytes=300 if said else None)
+    rows = {r.kind: r for r in breakdown(events)}
+    assert (rows["judge"].records, rows["judge"].bytes) == (12, 4096)
+    assert (rows[Kind.RESOURCES].records, rows[Kind.RESOURCES].bytes) == (6, 600)
