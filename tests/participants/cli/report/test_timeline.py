@@ -182,3 +182,20 @@ async def test_bytes_written_are_the_commits_own_when_it_says_them() -> None:
     rows = {r.kind: r for r in breakdown(events)}
     assert (rows["judge"].records, rows["judge"].bytes) == (12, 4096)
     assert (rows[Kind.RESOURCES].records, rows[Kind.RESOURCES].bytes) == (6, 600)
+
+
+async def test_a_users_step_named_as_an_operation_has_a_column_of_its_own() -> None:
+    """A judge's commit with a step ``commit`` (its database's own): the step's time was added to
+    the commit operation's column (a 30 ms commit read 40), and the step had no column. Kinds and
+    steps are open names, so ``commit`` is a valid step: it is its own column, ``commit (step)``."""
+    async with capture_events() as (bus, events):
+        judge = Telemetry(bus, kind="judge", instance="judge-0")
+        with judge.operation("commit", checkpoint_id="c1") as op, op.step("commit"):
+            pass
+    (row,) = breakdown(events)
+    (commit,) = [e for e in events if e.__class__.__name__ == "OperationFinished"]
+    (step,) = [e for e in events if e.__class__.__name__ == "StepFinished"]
+    assert row.ms == {
+        "commit": (commit.end_ns - commit.start_ns) / 1e6,
+        "commit (step)": (step.end_ns - step.start_ns) / 1e6,
+    }
