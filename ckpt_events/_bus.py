@@ -677,16 +677,15 @@ class Bus:
         self._names.discard(sub.name)  # its name may be given again (stats keep the old row)
         retired = self._retired
         retired.append(sub.stats())
-        if len(retired) > RETIRED_ROWS:
-            # Fold the oldest rows into one: stats() stays bounded and no event goes uncounted.
-            retired[:2] = [_fold(retired[0], retired[1])]
+        while len(retired) > RETIRED_ROWS:  # stats() stays bounded and no event goes uncounted
+            _fold_oldest(retired)
 
     def stats(self) -> BusStats:
         """Counters for every subscription this bus has had, and closed-bus drops.
 
         Finished subscriptions come first, in the order they finished; past ``RETIRED_ROWS``
-        of them the oldest are summed into one row named ``EARLIER_SUBSCRIPTIONS``. Safe to call
-        from any thread.
+        of them the oldest is summed into the next finished row of its name, else into one row
+        named ``EARLIER_SUBSCRIPTIONS``. Safe to call from any thread.
         """
         # Copied in one C call each (the GIL held throughout), so a reader on another thread (a
         # Prometheus scrape) never iterates the dict while the loop adds or retires a subscription.
@@ -710,9 +709,24 @@ RETIRED_ROWS: Final = 1024
 EARLIER_SUBSCRIPTIONS: Final = "(earlier subscriptions)"
 
 
-def _fold(a: SinkStats, b: SinkStats) -> SinkStats:
+def _fold_oldest(retired: list[SinkStats]) -> None:
+    """Sum the oldest finished row into the next one of its name, else into the summed row: a
+    name's sum is its series on the Prometheus page, which fell when a row left it (a counter
+    reset to increase(), so CheckpointTelemetryLost paged every loss the name still held)."""
+    first = 1 if retired[0].name == EARLIER_SUBSCRIPTIONS else 0
+    oldest = retired.pop(first)
+    later = next((i for i in range(first, len(retired)) if retired[i].name == oldest.name), None)
+    if later is not None:
+        retired[later] = _fold(oldest, retired[later], oldest.name)
+    elif first:
+        retired[0] = _fold(retired[0], oldest)
+    else:
+        retired.insert(0, msgspec.structs.replace(oldest, name=EARLIER_SUBSCRIPTIONS))
+
+
+def _fold(a: SinkStats, b: SinkStats, name: str = EARLIER_SUBSCRIPTIONS) -> SinkStats:
     return SinkStats(
-        name=EARLIER_SUBSCRIPTIONS,
+        name=name,
         emitted=a.emitted + b.emitted,
         delivered=a.delivered + b.delivered,
         dropped=a.dropped + b.dropped,

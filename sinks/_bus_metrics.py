@@ -13,7 +13,11 @@ passes its bus) adds, read from ``bus.stats()`` at each scrape:
 * ``ckpt_events_bus_dropped_after_close_total``: events emitted after the bus closed.
 
 A name given again once its first subscription finished (``Bus.stats()`` keeps both rows) is
-one series, the two rows summed: a page holds each label set once, and the sum only grows.
+one series, the two rows summed: a page holds each label set once, and the sum only grows (past
+``RETIRED_ROWS`` finished rows the bus sums the oldest into the next one of its name). The row of
+rows summed away with no later one of their name (``EARLIER_SUBSCRIPTIONS``) is not on the page:
+its sum rose by losses their own series had shown long before, which ``CheckpointTelemetryLost``
+(an ``increase()`` over 10 minutes) paged as new; the series of a name with no row left ends.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from ckpt_events import Bus
+from ckpt_events._bus import EARLIER_SUBSCRIPTIONS
 
 __all__ = ["OUTCOMES", "BusStatsCollector"]
 
@@ -44,6 +49,8 @@ class BusStatsCollector:
         stats = self.bus.stats()  # safe from the scrape's thread
         totals: dict[str, list[int]] = {}
         for row in stats.sinks:
+            if row.name == EARLIER_SUBSCRIPTIONS:
+                continue
             counts = totals.setdefault(row.name, [0] * (len(OUTCOMES) + 1))
             for i, outcome in enumerate(OUTCOMES):
                 counts[i] += getattr(row, outcome)

@@ -16,6 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ckpt_events import Bus, Telemetry, sinks
+from ckpt_events._bus import RETIRED_ROWS
 from ckpt_events.sinks._bus_metrics import OUTCOMES
 from tests.sinks.prom_server import promtool_binary
 
@@ -133,3 +134,38 @@ async def test_scrapes_while_sinks_come_and_go_are_all_answered() -> None:
     assert (
         len(pages) >= 20 and churned >= 20 and all("ckpt_events_sink_events_total" in page for page in pages)
     )
+
+
+def _drops(page: str) -> dict[str, float]:
+    return {sink: value for (sink, outcome), value in _sink_events(page).items() if outcome == "dropped"}
+
+
+async def test_finished_subscriptions_summed_away_are_never_a_new_loss_on_the_page() -> None:
+    """Past ``RETIRED_ROWS`` finished subscriptions ``Bus.stats()`` sums the oldest: no loss
+    counter on the page may rise or fall for that. An old loss moved into the
+    ``(earlier subscriptions)`` series rose there (``CheckpointTelemetryLost`` paged "lost 16
+    events in 10 minutes" for drops long past); a name's series losing a row fell, a counter
+    reset to Prometheus, whose ``increase()`` then counts every loss the name still holds."""
+    async with Bus() as bus:
+        configured = sinks.configure(bus, environ=PROMETHEUS_ON)
+        assert configured.prometheus is not None
+        tel = Telemetry(bus, kind="judge", instance="judge-0")
+
+        async def churn(label: str) -> None:
+            for n in range(RETIRED_ROWS + 10):  # the default names repeat, as a per-client sink's do
+                sub = bus.subscribe(Keeping(), name="client" if n % 2 else f"{label}-{n}")
+                await sub.aclose()
+
+        await churn("warm")  # the summed row exists before the losses
+        for name in ("lossy", "client", "client"):
+            sub = bus.subscribe(Keeping(), name=name, buffer_size=4)
+            for _ in range(20):
+                tel.refused("unauthorized")
+            await sub.aclose()
+        before = _drops(await anyio.to_thread.run_sync(_scrape, configured.prometheus.url))
+        await churn("later")  # no event is emitted: nothing more is lost
+        after = _drops(await anyio.to_thread.run_sync(_scrape, configured.prometheus.url))
+        await configured.aclose()
+    assert before["lossy"] == 16 and before["client"] == 32
+    # Each series as it was (a new subscription's at 0), or gone: its subscriptions summed away.
+    assert {sink: value for sink, value in after.items() if value != before.get(sink, 0)} == {}
