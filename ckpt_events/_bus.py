@@ -43,6 +43,7 @@ from ckpt_events._subscription import (
     Subscription,
     _Buffer,
     _check_positive_int,
+    summed_stats,
 )
 from ckpt_events._vocab import SAFE_NAME
 
@@ -302,7 +303,7 @@ class Bus:
                 await sub._sink_closed.wait()
         stuck = [sub for sub in started if not sub._sink_closed.is_set()]
         if stuck:
-            abandoned = sum(sub._abandon() for sub in stuck)
+            abandoned = sum(sub._abandon(timeout) for sub in stuck)
             logger.warning(
                 "%s with %s still busy after %.1f s; %d events abandoned (counted in bus.stats())",
                 what,
@@ -717,25 +718,11 @@ def _fold_oldest(retired: list[SinkStats]) -> None:
     oldest = retired.pop(first)
     later = next((i for i in range(first, len(retired)) if retired[i].name == oldest.name), None)
     if later is not None:
-        retired[later] = _fold(oldest, retired[later], oldest.name)
+        retired[later] = summed_stats(oldest, retired[later], oldest.name)
     elif first:
-        retired[0] = _fold(retired[0], oldest)
+        retired[0] = summed_stats(retired[0], oldest, EARLIER_SUBSCRIPTIONS)
     else:
         retired.insert(0, msgspec.structs.replace(oldest, name=EARLIER_SUBSCRIPTIONS))
-
-
-def _fold(a: SinkStats, b: SinkStats, name: str = EARLIER_SUBSCRIPTIONS) -> SinkStats:
-    return SinkStats(
-        name=name,
-        emitted=a.emitted + b.emitted,
-        delivered=a.delivered + b.delivered,
-        dropped=a.dropped + b.dropped,
-        failed=a.failed + b.failed,
-        failed_batches=a.failed_batches + b.failed_batches,
-        pending=a.pending + b.pending,
-        abandoned=a.abandoned + b.abandoned,
-        error=a.error if a.error is not None else b.error,
-    )
 
 
 def _check_name(name: object) -> None:

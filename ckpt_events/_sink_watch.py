@@ -3,8 +3,9 @@
 It owns what the bus notices about a sink's own code, not about its buffer: a ``handle`` that
 holds the event loop (a sync call, or one step of an async handle between two awaits, timed as
 asyncio's debug mode times a callback), a sink that feeds itself (its ``handle`` emits events
-the same sink gets, so its task never rests), and a ``handle`` that raised (counted, the first
-logged). Each is counted for ``SinkStats`` and logged once per subscription.
+the same sink gets, so its task never rests), a ``handle`` that raised (counted, the first
+logged), and an ``aclose()`` that raised or was given up on. Each is counted for ``SinkStats``
+and logged once per subscription.
 
 The delivery task (``_subscription.py``) calls it around each batch; it never catches anything
 itself: ``Subscription._deliver`` is the one boundary where a sink's failure is caught.
@@ -50,6 +51,7 @@ class SinkWatch:
         "_fed_since",
         "_fed_told",
         "_held_told",
+        "close_error",
         "failed",
         "failed_batches",
         "fed_itself",
@@ -67,6 +69,7 @@ class SinkWatch:
         self.failed = 0  # events in batches whose handle raised
         self.failed_batches = 0
         self.first_error: str | None = None  # logged once, kept for stats()
+        self.close_error: str | None = None  # its aclose() raised or was given up on
         self._held_told = False  # a handle held the loop past HELD_LOOP_WARN, said once
         # Whether handle emits into this sink's own buffer: while it runs (``handling``), the
         # buffer's `waiting` flag is set, so the first emit into it calls Bus._wake (nothing
@@ -199,3 +202,14 @@ class SinkWatch:
                 events,
                 exc_info=exc,
             )
+
+    def close_failed(self, exc: BaseException) -> None:
+        """The sink's ``aclose()`` raised (caught by ``Subscription._close_sink``): logged with
+        its traceback, kept for ``stats()`` (``close_error``)."""
+        self.close_error = one_line(exc)
+        logger.error("sink %r failed to close", self.name, exc_info=exc)
+
+    def close_gave_up(self, timeout: float) -> None:
+        """The sink's ``aclose()`` was still running at the close deadline (said by the bus)."""
+        if self.close_error is None:
+            self.close_error = f"aclose() still running after {timeout:.1f} s, given up on"

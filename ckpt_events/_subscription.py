@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ckpt_events._bus import Bus
 
-__all__ = ["SinkStats", "Subscription", "resolve_interests"]
+__all__ = ["SinkStats", "Subscription", "resolve_interests", "summed_stats"]
 
 #: How long a blocking sink's task gathers events before handing a batch to a thread.
 DEFAULT_BLOCKING_LINGER: Final = 0.05
@@ -66,7 +66,9 @@ class SinkStats(msgspec.Struct, frozen=True):
     ``error`` is the first thing it raised, in one line (``ValueError: boom``), or ``None``;
     ``abandoned`` counts events the bus gave up on at its close deadline (a sink stuck in
     ``handle`` or ``aclose``: the batch in its hands and what was still buffered);
-    ``fed_itself`` counts batches whose ``handle`` emitted an event this sink gets itself.
+    ``fed_itself`` counts batches whose ``handle`` emitted an event this sink gets itself;
+    ``close_error`` is what the sink's own ``aclose()`` raised, in one line, or that it was
+    still running at the close deadline (given up on), or ``None``.
     """
 
     name: str
@@ -81,6 +83,21 @@ class SinkStats(msgspec.Struct, frozen=True):
     #: Batches whose ``handle`` emitted, through the bus, an event this same sink gets (seen
     #: on the event loop's thread: a ``blocking`` sink's thread is not watched).
     fed_itself: int = 0
+    #: A sink whose ``aclose()`` failed (a file not flushed, an exporter not shut down) read as
+    #: a clean sink here, said only in the log as it closed.
+    close_error: str | None = None
+
+
+def summed_stats(a: SinkStats, b: SinkStats, name: str) -> SinkStats:
+    """``a`` and ``b`` as one row called ``name`` (``Bus.stats()``'s finished rows summed): each
+    count added, the first of each one-line text kept. Over every field, so that one added to
+    SinkStats is summed too: listed by hand, ``fed_itself`` was left out (summed to 0)."""
+    summed: dict[str, Any] = {}
+    for field in SinkStats.__struct_fields__:
+        first, second = getattr(a, field), getattr(b, field)
+        summed[field] = first + second if isinstance(first, int) else first if first is not None else second
+    summed["name"] = name
+    return SinkStats(**summed)
 
 
 class _Buffer(deque[Any]):
@@ -235,10 +252,14 @@ class Subscription:
             abandoned=self._abandoned,
             error=watch.first_error,
             fed_itself=watch.fed_itself,
+            close_error=watch.close_error,
         )
 
-    def _abandon(self) -> int:
-        """Give up on what is left (the bus's close deadline passed); returns how many."""
+    def _abandon(self, timeout: float) -> int:
+        """Give up on what is left (the bus's close deadline, ``timeout`` seconds, passed);
+        returns how many."""
+        if self._closing_sink:
+            self._watch.close_gave_up(timeout)
         if self._scope is not None:
             self._scope.cancel()
         left = len(self._buffer) + self._in_flight
@@ -274,8 +295,11 @@ class Subscription:
             # for a task that was gone (5 s).
             if not self._closing_sink:
                 closing = anyio.CancelScope(shield=True)
-                with closing as self._scope, anyio.move_on_after(self.bus.close_timeout):
+                timeout = self.bus.close_timeout
+                with closing as self._scope, anyio.move_on_after(timeout) as deadline:
                     await self._close_sink()
+                if deadline.cancelled_caught:
+                    self._watch.close_gave_up(timeout)
             raise
         finally:
             if self._thread is not None:
@@ -571,9 +595,9 @@ class Subscription:
         except anyio.get_cancelled_exc_class() as exc:
             if self._cancelled():
                 raise
-            logger.error("sink %r failed to close", self.name, exc_info=exc)
+            self._watch.close_failed(exc)
         except BaseException as exc:
-            logger.error("sink %r failed to close", self.name, exc_info=exc)
+            self._watch.close_failed(exc)
 
     def _release_flushers(self) -> None:
         keep = []

@@ -230,7 +230,8 @@ class _SinkFailures(logging.Filter):
 
 def _sink_failure(stats: BusStats, raised: _SinkFailures) -> str | None:
     """The command's one line when a sink raised: the first that did, with what it raised and on
-    how much, from the bus's counters (a failed ``aclose``, counted nowhere, from its log record)."""
+    how much, from the bus's counters (a failed ``aclose``: its ``close_error``; anything else
+    the bus logged with a traceback: from its log record)."""
     failed = [sink for sink in stats.sinks if sink.failed]
     if failed:
         first = failed[0]
@@ -238,6 +239,12 @@ def _sink_failure(stats: BusStats, raised: _SinkFailures) -> str | None:
         return (
             f"sink {shown(first.name)} raised on {counted(first.failed, 'event')} of {first.emitted:,} "
             f"replayed to it ({first.error}): those may not have been exported{more}"
+        )
+    closing = next((sink for sink in stats.sinks if sink.close_error), None)
+    if closing is not None:
+        return (
+            f"sink {shown(closing.name)} failed to close ({closing.close_error}), so what it held "
+            f"may not have been exported"
         )
     if raised.said:
         return f"{raised.said[0]}, so what it held may not have been exported"

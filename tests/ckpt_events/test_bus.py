@@ -617,6 +617,45 @@ async def test_finished_subscriptions_leave_only_their_counters() -> None:
         assert [s.name for s in stats.sinks[1:]] == [f"once-{n}" for n in range(2, RETIRED_ROWS + 1)]
 
 
+class _FeedsItselfOnceFailsToClose:
+    """A sink whose first batch emits an event it gets itself, and whose aclose() raises."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.fed = False
+
+    def handle(self, batch: list[Any]) -> None:
+        if not self.fed:
+            self.fed = True
+            self.bus.emit(refused(0))
+
+    async def aclose(self) -> None:
+        raise OSError("disk full")
+
+
+async def test_the_summed_row_of_finished_subscriptions_keeps_every_counter() -> None:
+    """Past ``RETIRED_ROWS`` the oldest finished rows of names given once are summed into one: its
+    ``fed_itself`` was dropped (0) and there was no ``close_error`` to keep; both are kept."""
+    from ckpt_events._bus import EARLIER_SUBSCRIPTIONS, RETIRED_ROWS
+
+    async with Bus() as bus:
+        first = bus.subscribe(_FeedsItselfOnceFailsToClose(bus), name="first")
+        bus.emit(refused(1))
+        assert await bus.flush(timeout=5)
+        assert bus.stats().sink("first").fed_itself == 1
+        await first.aclose()
+        second = bus.subscribe(_Ballast(), name="second")
+        await second.aclose()
+        for n in range(RETIRED_ROWS):
+            sub = bus.subscribe(_Ballast(), name="ballast")
+            bus.emit(refused(n))
+            await sub.aclose()
+        summed = bus.stats().sinks[0]
+    assert summed.name == EARLIER_SUBSCRIPTIONS and summed.emitted == 2  # first's two: second had none
+    assert summed.fed_itself == 1
+    assert summed.close_error == "OSError: disk full"
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

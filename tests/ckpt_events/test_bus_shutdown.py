@@ -476,6 +476,66 @@ async def test_a_plain_def_aclose_is_called(caplog: pytest.LogCaptureFixture) ->
     assert not [r for r in caplog.records if "failed to close" in r.getMessage()]
 
 
+class _AsyncCloseFails(MemorySink):
+    """A sink whose async aclose() raises, as a file failing its last flush does."""
+
+    async def aclose(self) -> None:  # type: ignore[override]
+        raise OSError("disk full")
+
+
+class _SyncCloseFails(MemorySink):
+    """A sink whose plain-def aclose() raises."""
+
+    def aclose(self) -> None:  # type: ignore[override]
+        raise ValueError("boom")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_sink_whose_aclose_fails_says_so_in_stats(caplog: pytest.LogCaptureFixture) -> None:
+    """An ``aclose()`` that raises (async or plain def, at the bus's close or unsubscribed
+    before it) is kept in ``stats()`` as ``close_error``, in one line: it was only logged, and
+    stats read after the shutdown showed a clean sink."""
+    async with Bus() as bus:
+        early = bus.subscribe(_SyncCloseFails(), name="early")
+        bus.subscribe(_AsyncCloseFails(), name="late")
+        bus.subscribe(MemorySink(), name="clean")
+        bus.emit(refused(0))
+        await early.aclose()
+        assert bus.stats().sink("early").close_error == "ValueError: boom"
+    stats = bus.stats()
+    assert stats.sink("late").close_error == "OSError: disk full"
+    assert stats.sink("early").close_error == "ValueError: boom"
+    assert stats.sink("clean").close_error is None
+    assert stats.sink("late").delivered == 1 and stats.sink("late").error is None
+    assert caplog.text.count("'late' failed to close") == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_sink_stuck_in_its_aclose_says_so_in_stats() -> None:
+    """An ``aclose()`` still running at the close deadline is given up on and said in
+    ``close_error``: its events were delivered, so nothing else in stats told it apart."""
+    async with Bus(close_timeout=DEADLINE) as bus:
+        bus.subscribe(NeverCloses(), name="stuck")
+        bus.emit(refused(0))
+    stats = bus.stats().sink("stuck")
+    assert stats.delivered == 1 and stats.abandoned == 0
+    assert stats.close_error == f"aclose() still running after {DEADLINE:.1f} s, given up on"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_sink_stuck_in_its_aclose_when_its_owner_is_cancelled_says_so_in_stats() -> None:
+    """The owner cancelled: the sink's aclose() runs shielded, within the bus's deadline; given
+    up on there, it is said in ``close_error`` too."""
+    with anyio.fail_after(10), anyio.CancelScope() as owner:
+        async with Bus(close_timeout=DEADLINE) as bus:
+            bus.subscribe(NeverCloses(), name="stuck")
+            bus.emit(refused(0))
+            await anyio.sleep(0.02)
+            owner.cancel()
+            await anyio.sleep(5)
+    assert bus.stats().sink("stuck").close_error is not None
+
+
 #: asyncio, and trio where it is installed (it is in the ``dev`` extra): on trio a service is
 #: shut down by cancelling its nursery, the owner's cancellation these tests are about.
 BOTH_BACKENDS = pytest.mark.parametrize(

@@ -317,8 +317,8 @@ def test_a_sink_that_raises_is_one_line_and_a_failure(
 def test_a_sink_that_fails_to_close_is_one_line_and_a_failure(
     log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A span sink whose ``aclose`` raises after its own close (counted nowhere in the stats):
-    one line from the bus's log record, no traceback, exit 2."""
+    """A span sink whose ``aclose`` raises after its own close: one line from its
+    ``close_error`` in the bus's stats, no traceback, exit 2."""
     from ckpt_events.sinks.otel import OtlpSpanSink
 
     closes = OtlpSpanSink.aclose
