@@ -231,27 +231,24 @@ class Configured:
 
     def close(self) -> None:
         """``aclose()`` from synchronous code (a ``BusThread``'s bus, a script): run on the bus's
-        event loop when it runs on another thread (in an event loop of its own once the bus is
-        closed). ``InvalidValueError`` on the bus's own loop thread (it would block that loop:
-        ``await configured.aclose()`` there) and for a bus never started. Idempotent."""
+        event loop when it runs on another thread, else in an event loop of its own (the bus
+        closed, or never started: its sinks deliver what they hold and close, as ``aclose()``
+        does). ``InvalidValueError`` on a thread running an event loop (it would block that
+        loop: ``await configured.aclose()`` there). Idempotent."""
         if self._closed is not None and self._closed.is_set():
             return
         bus = self.bus
-        if bus._tg is None and not bus._closed:
-            # Its sinks' delivery tasks never started: a close here wrote nothing of what they held.
-            raise InvalidValueError(
-                "Configured.close(): its bus was never started, so nothing was delivered; from "
-                "synchronous code run it in a thread: `with ckpt_events.BusThread() as bus:`"
-            )
-        if bus._tg is None:  # closed, its loop gone: the meter provider and endpoint are left
-            anyio.run(self.aclose)
-        elif bus._off_its_loop():
+        if bus._tg is not None and bus._off_its_loop():
             assert bus._token is not None  # set while it runs
             anyio.from_thread.run(self.aclose, token=bus._token)
+        elif bus._tg is None and not _in_an_event_loop():
+            # Closed (its loop gone: the meter provider and endpoint are left), or never started:
+            # refused then, and a script's events were never written (the export child left running).
+            anyio.run(self.aclose)
         else:
             raise InvalidValueError(
-                "Configured.close() on the thread of the event loop running its bus would block "
-                "that loop: await configured.aclose() (or use `async with`) there"
+                "Configured.close() on a thread running an event loop would block that loop: "
+                "await configured.aclose() (or use `async with`) there"
             )
 
     def __enter__(self) -> Self:
@@ -275,6 +272,15 @@ class Configured:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _in_an_event_loop() -> bool:
+    """Whether this thread runs an event loop (anyio's, asyncio's or trio's)."""
+    try:
+        anyio.lowlevel.current_token()
+    except RuntimeError:  # anyio's NoEventLoopError: no loop runs on this thread
+        return False
+    return True
 
 
 def _was_shut_down(provider: MeterProvider) -> bool:

@@ -85,15 +85,63 @@ def test_close_on_the_bus_s_own_loop_thread_says_to_await_aclose() -> None:
         assert configured.subscriptions[0].closed
 
 
-def test_close_of_a_bus_never_started_says_to_run_it_in_a_thread(tmp_path: Path) -> None:
-    """A script that never started its bus is told so by close(), in one line naming BusThread
-    (its sinks' delivery never started: the events are held, not written)."""
+def test_close_of_a_bus_never_started_delivers_and_closes_every_sink(tmp_path: Path) -> None:
+    """A script that never started its bus: leaving ``with configure(...)`` (``close()``) runs the
+    sinks in an event loop of its own, as ``await aclose()`` does, so every line is written and
+    every span exported. It raised InvalidValueError, with 0 lines written and nothing closed."""
+    path = tmp_path / "events.jsonl"
+    spans = InMemorySpanExporter()
     bus = Bus()
-    configured = configure(bus, jsonl_path=tmp_path / "events.jsonl")
-    with pytest.raises(InvalidValueError, match=r"never started.*BusThread\(\) as bus"):
-        configured.close()
-    anyio.run(bus.aclose)  # what a bus never entered holds is delivered as it closes
-    configured.close()  # closed bus: the rest of the close runs in a loop of its own
+    with configure(bus, jsonl_path=path, span_exporter=spans) as configured:
+        with Telemetry(bus, kind="environment", instance="env-0").operation("commit", checkpoint_id="c1"):
+            pass
+    assert [type(e).__name__ for _, e in read_events(path)] == ["OperationStarted", "OperationFinished"]
+    assert [span.name for span in spans.get_finished_spans()] != []
+    assert configured.jsonl_sink is not None and configured.jsonl_sink._closed
+    assert all(row.delivered == row.emitted and row.pending == 0 for row in bus.stats().sinks)
+    configured.close()  # idempotent
+    anyio.run(bus.aclose)  # the bus's own close has nothing left to do
+    assert len(list(read_events(path))) == 2
+
+
+def test_close_of_a_bus_never_started_ends_the_export_child_with_every_event_written(
+    tmp_path: Path,
+) -> None:
+    """The same with ``export_process=True``: the child gets every event and has exited when
+    ``close()`` returns (it was refused, the child left running and the log empty)."""
+    path = tmp_path / "events.jsonl"
+    bus = Bus()
+    configured = configure(bus, jsonl_path=path, export_process=True)
+    process = configured.export_process
+    assert process is not None
+    tel = Telemetry(bus, kind="environment", instance="env-0")
+    for i in range(5):
+        with tel.operation("commit", checkpoint_id=f"c{i}"):
+            pass
+    configured.close()
+    assert len(list(read_events(path))) == 10
+    stats = process.stats()
+    assert (stats.forwarded, stats.dropped, stats.exit_code) == (10, 0, 0)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_close_inside_async_code_of_a_bus_never_started_says_to_await_aclose(
+    tmp_path: Path, backend: str
+) -> None:
+    """``close()`` on a thread running an event loop would block it: refused in one line naming
+    ``await configured.aclose()``, which then writes every line (nothing was lost by the refusal)."""
+    path = tmp_path / "events.jsonl"
+
+    async def main() -> None:
+        bus = Bus()
+        configured = configure(bus, jsonl_path=path)
+        Telemetry(bus, kind="judge", instance="judge-0").refused("unauthorized")
+        with pytest.raises(InvalidValueError, match=r"await configured.aclose\(\)"):
+            configured.close()
+        await configured.aclose()
+
+    anyio.run(main, backend=backend)
+    assert [type(e).__name__ for _, e in read_events(path)] == ["Refused"]
 
 
 def test_closing_after_the_bus_thread_ended_finishes_the_close(tmp_path: Path) -> None:
