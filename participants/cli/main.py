@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from ckpt_events.participants.cli.text import escape, say
+from ckpt_events.participants.cli.words import close_choice
 
 if TYPE_CHECKING:
     from ckpt_events import CkptEventsError
@@ -68,10 +69,10 @@ class _Parser(argparse.ArgumentParser):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as exc:
-            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()], 1)
-            if not close:
+            close = close_choice(value, action.choices or ())
+            if close is None:
                 raise
-            raise argparse.ArgumentError(action, f"{exc.message}: did you mean {close[0]!r}?") from None
+            raise argparse.ArgumentError(action, f"{exc.message}: did you mean {close!r}?") from None
 
     # One line, no usage dump: the message says what is wrong and which flag to fix.
     def error(self, message: str) -> NoReturn:

@@ -48,9 +48,10 @@ from ckpt_events.participants.cli.startup import (
     raise_descriptor_limit,
 )
 from ckpt_events.participants.cli.text import escape, say
+from ckpt_events.participants.cli.words import close_choice
 from ckpt_events.participants.errors import Interrupted, shown
 from ckpt_events.participants.workloads.registry import KINDS
-from ckpt_events.vocab import resolve_span_groups
+from ckpt_events.vocab import NAME_RULE, Kind, resolve_span_groups
 
 if TYPE_CHECKING:
     pass
@@ -71,8 +72,26 @@ MAX_TOKEN_BYTES: Final = 4096
 DEFAULT_CHECKPOINT_ROOT: Final = "ckpt-events-checkpoints"
 
 
+def serve_kind(value: str) -> str:
+    """``serve``'s kind: one of ``SERVE_KINDS``. Any other is refused naming them and, for a
+    kind of the user's own, how it is served (argparse's line named the choices only)."""
+    if value in SERVE_KINDS or close_choice(value, SERVE_KINDS) is not None:
+        return value  # a typo (``agnt``) is said with the kind meant, as every choice's
+    refused = f"invalid choice: {shown(value)} (choose from {', '.join(map(repr, SERVE_KINDS))})"
+    if value == Kind.CONTROLLER:
+        raise argparse.ArgumentTypeError(f"{refused}: 'controller' is the coordinator's, not a participant's")
+    if NAME_RULE.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError(refused)
+    raise argparse.ArgumentTypeError(
+        f"{refused}: a kind of your own is served by your app: create_app({value!r}, "
+        f"kinds=KINDS.replacing(KindRow({value!r}, YourWorkload, ...)), ...) under uvicorn"
+    )
+
+
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kind", choices=SERVE_KINDS, help="participant kind, or the inference worker")
+    parser.add_argument(
+        "kind", type=serve_kind, choices=SERVE_KINDS, help="participant kind, or the inference worker"
+    )
     parser.add_argument("--instance", type=instance_name, help="instance name (default: <kind>-0)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     where = parser.add_mutually_exclusive_group(required=True)

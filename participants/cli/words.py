@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["clipped", "counted", "milliseconds", "rate"]
+__all__ = ["clipped", "close_choice", "counted", "milliseconds", "rate"]
 
 #: Where a clipped text may end: before a space, or after a separator inside a long token
 #: (a URL, a path, a dotted name).
@@ -18,6 +20,13 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``count`` (with thousands separators) and ``noun``, or its plural (``noun + "s"`` unless
     given) for any count but one."""
     return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def close_choice(value: object, choices: Iterable[object]) -> str | None:
+    """The one of ``choices`` that ``value`` looks like a typo of, if any: what a refused
+    choice is said with (``agnt``: did you mean 'agent'?)."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], 1)
+    return close[0] if close else None
 
 
 def clipped(text: str, most: int) -> str:

@@ -21,7 +21,7 @@ from ckpt_events.participants.server.store_files import DEFAULT_CHECKPOINT_ROOT,
 from ckpt_events.participants.server.work import LocalWork
 from ckpt_events.participants.workloads.base import Workload
 from ckpt_events.participants.workloads.fence import DEFAULT_MAX_RETIRED, DEFAULT_RETIRED_SECONDS
-from ckpt_events.participants.workloads.registry import KINDS, KindRegistry
+from ckpt_events.participants.workloads.registry import KINDS, KindRegistry, check_registry
 from ckpt_events.vocab import SAFE_NAME
 
 __all__ = ["PARTICIPANT_KINDS", "create_app", "make_workload"]
@@ -34,7 +34,7 @@ def make_workload(
     kind: str, tel: Telemetry, *, kinds: KindRegistry = KINDS, **options: Any
 ) -> Workload[Any, Any]:
     """A workload of participant ``kind`` (a row of ``kinds``) on ``tel`` (what a worker process runs)."""
-    return kinds[kind].workload(tel, **options)
+    return check_registry(kinds)[kind].workload(tel, **options)
 
 
 def create_app(
@@ -93,7 +93,7 @@ def create_app(
     ``faults`` is what is injected (``ckpt_events.participants.faults``; ``NO_FAULTS``: nothing):
     the app and its worker tasks take it as is, worker processes read their own at start-up.
     """
-    row = kinds[kind]
+    row = check_registry(kinds)[kind]
     participant_kind = row.kind
     _check_arguments(instance, token, max_body_bytes, max_records_bytes, lease_grace_seconds)
     own_bus = bus is None

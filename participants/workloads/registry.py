@@ -19,10 +19,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ckpt_events import InvalidValueError
+from ckpt_events import InvalidTypeError, InvalidValueError
 from ckpt_events.participants.errors import shown
 from ckpt_events.participants.workloads.agent import AgentWorkload
-from ckpt_events.participants.workloads.base import Workload
+from ckpt_events.participants.workloads.base import Record, Workload
 from ckpt_events.participants.workloads.environment import EnvironmentWorkload
 from ckpt_events.participants.workloads.model import ModelWorkload
 from ckpt_events.participants.workloads.resources import ResourcesWorkload
@@ -34,6 +34,7 @@ __all__ = [
     "OTHER_COLOURS",
     "KindRegistry",
     "KindRow",
+    "check_registry",
     "colour_of",
     "other_colour",
 ]
@@ -45,6 +46,8 @@ CONTROLLER_COLOUR: Final = "#a855f7"
 #: every report. None is a row's, the controller's or an outcome's (a test keeps them apart).
 #: Before, such a kind was drawn white and the legend listed only the registry's kinds.
 OTHER_COLOURS: Final = ("#0d9488", "#db2777", "#4f46e5", "#65a30d", "#c2410c", "#0284c7")
+#: What a ``Workload`` of the user's own defines: the base's raise ``NotImplementedError``.
+_HOOKS: Final = ("initial_state", "work", "to_record", "from_record")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,44 @@ class KindRow:
     colour: str
     #: The workload takes ``inference_url``/``inference_token`` (the model's generation cut).
     uses_inference: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse, where the row is made, a row no server could serve as that kind. Each was
+        served before: a ``controller`` row was refused only by discovery; a workload of
+        another ``kind`` answered ``/status`` (so took its stage) as that kind while its spans
+        said the row's; a workload missing a hook failed every work call or commit with a
+        bare ``NotImplementedError``."""
+        kind = kind_name(self.kind)
+        if kind == Kind.CONTROLLER:
+            raise InvalidValueError(
+                "kind 'controller' is the coordinator's: name a participant kind otherwise (e.g. 'judge')"
+            )
+        workload: object = self.workload
+        if not (isinstance(workload, type) and issubclass(workload, Workload)):
+            raise InvalidTypeError(
+                f"the {kind} row's workload must be a Workload class, not {shown(workload)}"
+            )
+        name = workload.__name__
+        declared = getattr(workload, "kind", None)
+        if declared is None:
+            raise InvalidValueError(
+                f"the {kind} row's workload {name} sets no kind: set kind = {kind!r} on it"
+            )
+        if declared != kind:
+            raise InvalidValueError(
+                f"the {kind} row's workload {name} serves kind {shown(str(declared))}: set kind = "
+                f"{kind!r} on it, or name the row {shown(str(declared))}"
+            )
+        missing = [hook for hook in _HOOKS if getattr(workload, hook) is getattr(Workload, hook)]
+        record_type = getattr(workload, "record_type", None)
+        if not (isinstance(record_type, type) and issubclass(record_type, Record)):
+            missing.append("record_type")
+        if missing:
+            raise InvalidValueError(
+                f"the {kind} row's workload {name} does not define {', '.join(missing)}: a Workload "
+                "defines initial_state, work, to_record and from_record, and sets record_type "
+                "(a Record subclass)"
+            )
 
 
 class KindRegistry:
@@ -85,9 +126,17 @@ class KindRegistry:
 
     def __getitem__(self, kind: str) -> KindRow:
         """The row of ``kind`` (a ``Kind`` or its value); ``InvalidValueError`` if it has none."""
-        row = self._rows.get(kind_name(kind))
+        name = kind_name(kind)
+        row = self._rows.get(name)
         if row is None:
-            raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {shown(kind)}")
+            # A user's own kind is a row of theirs: say how to add it (was: the known kinds only).
+            fix = (
+                "the coordinator's, not a participant's"
+                if name == Kind.CONTROLLER
+                else "a kind of your own is a row of yours: "
+                f"kinds=KINDS.replacing(KindRow({name!r}, YourWorkload, ...))"
+            )
+            raise InvalidValueError(f"kind must be one of {', '.join(self.names)}, not {shown(kind)} ({fix})")
         return row
 
     @property
@@ -119,6 +168,16 @@ class KindRegistry:
         """A copy with ``rows`` in place of the rows of their kinds (appended if new)."""
         by_kind: dict[str, KindRow] = {**self._rows, **{row.kind: row for row in rows}}
         return KindRegistry(by_kind.values())
+
+
+def check_registry(kinds: object) -> KindRegistry:
+    """``kinds`` as given to ``create_app(kinds=...)``: a ``KindRegistry``, else ``InvalidTypeError``
+    naming what to pass (a list or a dict failed as a bare ``TypeError`` at the first lookup)."""
+    if not isinstance(kinds, KindRegistry):
+        raise InvalidTypeError(
+            f"kinds must be a KindRegistry (KINDS.replacing(row), or KindRegistry(rows)), not {shown(kinds)}"
+        )
+    return kinds
 
 
 def other_colour(kind: str) -> str:

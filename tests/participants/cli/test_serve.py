@@ -40,6 +40,13 @@ def test_serve_is_registered_in_the_command_registry() -> None:
     [
         (("serve", "agent", "--port", "1", "--verbose"), "unrecognized arguments: --verbose"),
         (("serve", "judge", "--port", "1"), "invalid choice: 'judge'"),
+        # Named the choices only: a kind of the user's own is served by their app, and the line says how.
+        (
+            ("serve", "judge", "--port", "1"),
+            "a kind of your own is served by your app: "
+            "create_app('judge', kinds=KINDS.replacing(KindRow('judge', ",
+        ),
+        (("serve", "controller", "--port", "1"), "'controller' is the coordinator's, not a participant's"),
         (("serve", "agent", "--port", "70000"), "not in 0-65535"),
         (("serve", "agent", "--port", "1", "--instance", "../x"), "is not 1-128 characters"),
         (("serve", "agent"), "one of the arguments --port --fd is required"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ckpt_events import InvalidArgumentError, InvalidValueError, OperationFinished
+from ckpt_events import InvalidArgumentError, InvalidTypeError, InvalidValueError, OperationFinished
 from ckpt_events.participants import PARTICIPANT_KINDS, create_app
 from ckpt_events.participants.server.app import make_workload
 from ckpt_events.participants.server.builder import build_work_app
@@ -17,8 +17,9 @@ from tests.participants.helpers import AUTH, TOKEN, control, running
 
 def test_bad_arguments_are_refused():
     """Unknown kinds, unsafe instances, empty tokens and bad lease graces are refused up front."""
-    with pytest.raises(InvalidValueError, match="kind must be one of .*, not 'judge'"):
+    with pytest.raises(InvalidValueError, match="kind must be one of .*, not 'judge'") as refused:
         create_app("judge", instance="x", token=TOKEN)  # a valid kind the registry has no row of
+    assert "kinds=KINDS.replacing(KindRow('judge', " in str(refused.value)  # names the fix
     with pytest.raises(InvalidValueError, match="invalid participant kind 'Judge!'"):
         create_app("Judge!", instance="x", token=TOKEN)
     with pytest.raises(InvalidArgumentError):
@@ -32,6 +33,14 @@ def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="step_seconds"):
         create_app("agent", instance="x", token=TOKEN, step_seconds=1)
     assert PARTICIPANT_KINDS == ("environment", "model", "agent", "resources")
+
+
+@pytest.mark.parametrize("kinds", [["judge"], {"judge": object}, None])
+def test_kinds_that_are_not_a_registry_are_refused(kinds: object) -> None:
+    """``kinds=`` of another type is one precise error naming what to pass (was a bare
+    ``TypeError: list indices must be integers or slices, not str``)."""
+    with pytest.raises(InvalidTypeError, match=r"kinds must be a KindRegistry \(KINDS.replacing\(row\)"):
+        create_app("judge", instance="x", token=TOKEN, kinds=kinds)  # type: ignore[arg-type]
 
 
 async def test_the_lifespan_owns_its_bus_and_sinks():

@@ -186,3 +186,41 @@ def test_a_toy_app_runs_the_rows_workload() -> None:
         type(create_app("resources", instance="r-0", token=TOKEN, bus=Bus()).state.workload)
         is not ToyWorkload
     )
+
+
+class _NoHooks(Workload[ToyState, ToyRecord]):
+    """A user's workload that fills in none of the hooks."""
+
+    kind = "judge"
+
+
+class _CoordinatorsKind(ToyWorkload):
+    """A user's workload named as the coordinator."""
+
+    kind = Kind.CONTROLLER
+
+
+@pytest.mark.parametrize(
+    ("kind", "workload", "fragment"),
+    [
+        # Was served: /status said kind 'controller', and discovery refused it only later.
+        (Kind.CONTROLLER, _CoordinatorsKind, "kind 'controller' is the coordinator's: name"),
+        # Was served with spans of kind 'critic' and a /status (so a stage) of kind 'resources'.
+        (
+            "critic",
+            ToyWorkload,
+            "the critic row's workload ToyWorkload serves kind 'resources': set kind = 'critic'",
+        ),
+        # Was served; every work call and commit then failed with a bare NotImplementedError.
+        ("judge", _NoHooks, "does not define initial_state, work, to_record, from_record, record_type"),
+        # Was a TypeError ("'str' object is not callable") at create_app.
+        ("judge", "ToyWorkload", "the judge row's workload must be a Workload class, not 'ToyWorkload'"),
+    ],
+)
+def test_a_row_that_cannot_be_served_is_refused_where_it_is_made(
+    kind: str, workload: Any, fragment: str
+) -> None:
+    """A row of the coordinator's kind, of a workload serving another kind, or of a workload
+    missing its hooks is refused when it is built, in one line naming the fix."""
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        KindRow(kind, workload, instance="x-0", colour=TOY_COLOUR)
