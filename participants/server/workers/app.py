@@ -25,7 +25,7 @@ import msgspec
 from anyio.abc import TaskGroup
 from fastapi import FastAPI
 
-from ckpt_events import Bus, OperationSpan, Telemetry
+from ckpt_events import Bus, InvalidValueError, OperationSpan, Telemetry
 from ckpt_events.checks import library_logger
 from ckpt_events.participants.fastapi import Incoming
 from ckpt_events.participants.faults import NO_FAULTS, FaultPlan, slow_down
@@ -292,6 +292,15 @@ def create_worker_app(
     tel: Telemetry = checker.tel
     the_bus: Bus = tel.bus
     coordinator = WorkerCoordinator(workers, reply_seconds=reply_seconds)
+    # Was accepted: with neither, its start waited _JOIN_SECONDS for workers nothing started,
+    # then every prepare was 503; with both, the command was ignored.
+    if worker_command is None and worker_factory is None:
+        raise InvalidValueError(
+            f"workers={workers} needs its workers started: worker_command= (processes) or "
+            "worker_factory= (tasks in this process)"
+        )
+    if worker_command is not None and worker_factory is not None:
+        raise InvalidValueError(f"workers={workers} takes worker_command= or worker_factory=, not both")
     pool = WorkerPool(checker, coordinator)
     plane = WorkerControlPlane(
         tel,

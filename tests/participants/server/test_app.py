@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -41,6 +43,26 @@ def test_kinds_that_are_not_a_registry_are_refused(kinds: object) -> None:
     ``TypeError: list indices must be integers or slices, not str``)."""
     with pytest.raises(InvalidTypeError, match=r"kinds must be a KindRegistry \(KINDS.replacing\(row\)"):
         create_app("judge", instance="x", token=TOKEN, kinds=kinds)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("given", "fragment"),
+    [
+        # Was accepted: its start waited 30 s for workers nothing started, then every prepare,
+        # commit and restore was 503 checkpoint_coordinator_unavailable.
+        ({}, "workers=2 needs its workers started: worker_command= (processes) or worker_factory="),
+        # Was accepted: the factory's tasks ran and the command was silently ignored.
+        (
+            {"worker_command": lambda i: ["true"], "worker_factory": lambda i: None},
+            "workers=2 takes worker_command= or worker_factory=, not both",
+        ),
+    ],
+)
+def test_several_workers_need_one_way_to_start_them(given: dict[str, object], fragment: str) -> None:
+    """``workers`` > 1 is refused up front unless exactly one of ``worker_command`` and
+    ``worker_factory`` says how its workers start."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(fragment)):
+        create_app("agent", instance="x", token=TOKEN, workers=2, **given)  # type: ignore[arg-type]
 
 
 async def test_the_lifespan_owns_its_bus_and_sinks():
