@@ -41,6 +41,7 @@ __all__ = [
     "least_ahead",
     "monotonic",
     "ms",
+    "on_worker",
     "seconds",
 ]
 
@@ -95,10 +96,11 @@ class _Wait:
         self.why = why
 
 
-def _on_worker(item: Open) -> str:
+def on_worker(worker: int | None) -> str:
     """`` on worker N`` for a ``serve --workers`` worker's work, else nothing: its main process
-    and a worker may each hold the same checkpoint's operation open, and which one hung matters."""
-    return "" if item.worker is None else f" on worker {item.worker}"
+    and a worker may each hold the same checkpoint's operation open (or end it), and which one
+    hung matters."""
+    return "" if worker is None else f" on worker {worker}"
 
 
 # -- what each participant is --------------------------------------------------------------
@@ -270,7 +272,7 @@ def _block(view: FleetView, url: str | None, key: tuple[str, str] | None, now: f
     for span, item in sorted(seen.open.items(), key=lambda entry: entry[1].start_ns):
         age = _age(view, seen, item, now, mono, status is not None)
         shown = age.shown()
-        what = f"{escape(item.operation)} {escape(item.checkpoint_id or '-')}{_on_worker(item)}"
+        what = f"{escape(item.operation)} {escape(item.checkpoint_id or '-')}{on_worker(item.worker)}"
         text.append(f"\n  open {what} {shown}")
         wait = _waits(view, span, now, mono) if age.stalled and kind == Kind.CONTROLLER.value else None
         _said(view, text, age, wait, short=False)
@@ -346,7 +348,7 @@ def _row(
         item = items[first]
         age = ages[first]
         shown = age.shown(short=True)
-        text.append(f"  open {escape(item.operation)}{_on_worker(item)} {shown}")
+        text.append(f"  open {escape(item.operation)}{on_worker(item.worker)} {shown}")
         controller = age.stalled and kind == Kind.CONTROLLER.value
         wait = _waits(view, spans[first][0], now, mono) if controller else None
         problem |= _said(view, text, age, wait, short=True)

@@ -50,6 +50,7 @@ from ckpt_events.participants.cli.watch.layout import (
     least_ahead,
     monotonic,
     ms,
+    on_worker,
 )
 from ckpt_events.participants.cli.watch.seen import (
     ADMITTING,
@@ -278,9 +279,11 @@ class FleetView:
                     for item in seen.open.values():
                         item.passed = item.passed or passes(item, done)
                 took = (event.end_ns - event.start_ns) / 1e6
+                # A worker's line names it: two workers' commits of one checkpoint read as one
+                # line twice ("c5 commit ok 3 ms").
                 line = (
-                    f"{escape(event.checkpoint_id or '-')} {escape(event.operation)} {escape(event.outcome)} "
-                    f"{ms(took)}"
+                    f"{escape(event.checkpoint_id or '-')} {escape(event.operation)}"
+                    f"{on_worker(event.worker)} {escape(event.outcome)} {ms(took)}"
                 )
                 self._arrival += 1
                 bisect.insort(seen.outcomes, (event.end_ns, self._arrival, line))

@@ -17,6 +17,7 @@ from ckpt_events.participants.cli.watch.sources import PollResult
 from ckpt_events.participants.cli.watch.view import MAX_FROM_LOGS, FleetView
 from ckpt_events.participants.protocol import PrepareReport, StatusReply
 from ckpt_events.sinks.jsonl import JsonLinesSink
+from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import CONTROLLER_INSTANCE, Kind, Operation, Outcome, Phase
 
 NOW = 1_800_000_000.0
@@ -697,3 +698,24 @@ def test_ends_read_before_their_start_are_kept_newest_first_past_the_bound() -> 
     view.add_events([span(n, end=False) for n in range(1, total + 1)], NOW)
     assert sorted(view.seen[("agent", "agent-0")].open) == [(1, 1), (1, 2)]
     assert list(view._unread_ends) == unread[2:]
+
+
+def test_a_worker_s_finished_operation_names_its_worker() -> None:
+    """Two workers' commits of one checkpoint are two lines that say which worker (they read
+    "c5 commit ok 0 ms" twice); a single process's line is as it was."""
+    with EventCapture() as capture:
+        for worker in (0, 1):
+            with capture.telemetry("judge", "judge-0", worker=worker).operation("commit", checkpoint_id="c5"):
+                pass
+        with capture.telemetry("model", "model-0").operation("commit", checkpoint_id="c5"):
+            pass
+        events = capture.events
+    view = FleetView([])
+    view.add_events(events, NOW)
+    text = _render(view, 160)
+    assert "last: c5 commit on worker 0 ok 1 ms | c5 commit on worker 1 ok 1 ms" in text, text
+    assert "last: c5 commit ok 1 ms" in text, text
+    out = Console(width=160, record=True, color_system=None, file=io.StringIO())
+    out.print(view.render(NOW, rows=True))
+    rows = out.export_text()
+    assert "last c5 commit on worker 1 ok 1 ms" in rows, rows
