@@ -63,7 +63,7 @@ from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.roots import RootEnd, RootStart, end_of, same_row, start_of
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
-from ckpt_events.vocab import CountedEvent, Kind, Operation, Outcome
+from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome
 
 __all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "unscoped_of"]
 
@@ -84,6 +84,9 @@ class Trace:
     #: The participants a coordinate.prepare that prepared called: with fewer prepares in the
     #: logs (a log rotated or cut mid-prepare, a participant's log not given) the first is unknown.
     members: int | None = None
+    #: A ``coordinate.commit`` or a collection's ``publish`` ended ok in it: what says a
+    #: collection's checkpoint that ended without saying ``published`` did its work.
+    committed: bool = False
     #: Its prepares, errors and stops, for its row's causes.
     causes: TraceCauses = field(default_factory=TraceCauses)
 
@@ -322,6 +325,11 @@ def fold_events(
                     trace.last_resume_ns = end
             case CoordinateFinished(operation=Operation.PREPARE, prepared=True, participants=int(members)):
                 trace.members = max(members, trace.members or 0)
+            case (
+                CoordinateFinished(operation=Operation.COMMIT, outcome=Outcome.OK)
+                | CollectionFinished(action=CollectionAction.PUBLISH, outcome=Outcome.OK)
+            ):
+                trace.committed = True
         # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
         if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
             trace.causes.span_failed(e, t)

@@ -44,8 +44,14 @@ ABORTED: Final = "aborted"
 FAILED: Final = "failed"
 OPEN: Final = "open at end of log"
 #: A row whose root span's end was an event this version could not read (another version's
-#: type or value): it ended, how is not known; its causes say why.
+#: type or value), or a collection's checkpoint that ended without saying whether it published
+#: and with no commit in its logs to say so: it ended, how is not known; its causes say why.
 UNKNOWN: Final = "outcome unknown"
+#: Its first cause when a collection's checkpoint ended so (``_publish_unsaid``).
+PUBLISH_UNSAID: Final = (
+    "collection.checkpoint ended without saying whether it published (its published is not "
+    "set) and no coordinate.commit or publish of it ended ok in the logs"
+)
 
 
 def judge(
@@ -88,6 +94,7 @@ def judge(
             counts.append(n)
     causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree, counts=counts)
     causes += [repeated(said, n) for said, n in doubtful.items()]
+    unsaid = False  # ended without saying whether it published (``_publish_unsaid``)
     unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
     if unread and len(ends) + len(unread) == len(row.roots):
         # Its end was another version's event (a newer outcome, a type this one does not
@@ -113,6 +120,10 @@ def judge(
             row.outcome = ABORTED if aborted_by else FAILED
         elif any(_not_done(f) for f in ends):
             row.outcome = ABORTED
+        elif unsaid := _publish_unsaid(ends, mine):
+            # A user's own coordinator that never set ``published``: an ok end alone read
+            # "published" with its commit failed (TimeoutError) and never finished anywhere.
+            row.outcome = UNKNOWN
         elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
             row.outcome = ABORTED
             causes = causes or ["prepared, never committed"]
@@ -124,6 +135,8 @@ def judge(
             end = row.end_ns
             left = [s for k, s in fold.started.items() if k[0] in row.trace_ids and s.start_ns <= end]
             causes = unfinished_causes(left) + causes
+        if unsaid:
+            causes = [PUBLISH_UNSAID, *causes]  # why its outcome is not known comes first
     if row.what == "restore" and ends:
         _episodes_after_restore(row, ends)
     if row.published:
@@ -170,6 +183,15 @@ def _episodes_after_restore(row: RunRow, ends: Sequence[RootEnd]) -> None:
 
 def _committed(roots: Sequence[RootEnd]) -> bool:
     return any(f.operation == Operation.COMMIT for f in roots)
+
+
+def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace]) -> bool:
+    """A collection's checkpoint that ended without saying whether it published (``published``
+    never set: the project's controller always sets it, a user's own coordinator may not), and
+    no ``coordinate.commit`` or ``publish`` of its traces ended ok: whether it published is not
+    known."""
+    unsaid = any(f.action == CollectionAction.CHECKPOINT and f.published is None for f in roots)
+    return unsaid and not any(t.committed for t in traces)
 
 
 def _not_done(root: RootEnd) -> bool:

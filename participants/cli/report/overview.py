@@ -46,6 +46,7 @@ from ckpt_events.participants.cli.report.judge import (
     OPEN,
     PUBLISHED,
     RESTORED,
+    UNKNOWN,
     judge,
 )
 from ckpt_events.participants.cli.report.named import NamedTraces
@@ -445,8 +446,8 @@ def overview(
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
             # separate source id): the last checkpoint row with that id before it that may have
-            # published (published, or open at the end of its log), never one that aborted or
-            # failed (an id reused by another run).
+            # published (published, open at the end of its log, or of unknown outcome), never
+            # one that aborted or failed (an id reused by another run).
             row.source_row = checkpoints.get(row.checkpoint_id or "")
             row.dominated = "; ".join(fold.dominated[k] for k in row.roots if fold.dominated.get(k))
             step_ms = [ms for k in row.roots if (ms := fold.dominant_ms.get(k)) is not None]
@@ -454,7 +455,7 @@ def overview(
             for k in row.roots:
                 for who, ms in fold.reads_ms.get(k, {}).items():
                     row.reads_ms[who] = max(row.reads_ms.get(who, 0.0), ms)
-        elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN):
+        elif row.checkpoint_id and row.outcome in (PUBLISHED, OPEN, UNKNOWN):
             checkpoints[row.checkpoint_id] = number
         ends = [f for k in row.roots if (f := fold.root_finished.get(k)) is not None and f.coordinated]
         stepped, monotonic, ms_why = wall_step(ends) if row.end_ns is not None else (None, None, None)

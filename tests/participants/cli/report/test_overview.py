@@ -7,7 +7,9 @@ from typing import Any
 
 import anyio
 
+from ckpt_events.participants.cli.report.judge import PUBLISH_UNSAID
 from ckpt_events.participants.cli.report.overview import overview
+from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import ErrorCode
 
 
@@ -362,3 +364,49 @@ def test_the_whole_of_a_log_without_rows_is_one_more_read() -> None:
     assert whole.counts == counts(events) and whole.counts  # the refusals and the prepare
     assert whole.breakdown == breakdown(events) and whole.breakdown
     assert whole.events and all(e.trace_id == run.last_trace for e in whole.events)  # type: ignore[union-attr]
+
+
+def _own_checkpoint(capture: EventCapture, checkpoint_id: str, *, commit_ok: bool) -> None:
+    """A user's own coordinator's checkpoint, ``published`` never set: both participants
+    prepare; with ``commit_ok`` both commit, else the coordinate.commit times out with their
+    commits never ended (no reply came), and the coordinator goes on."""
+    ctl = capture.telemetry("controller", "coordination")
+    parts = [capture.telemetry(kind, f"{kind}-0") for kind in ("environment", "model")]
+    with ctl.collection("checkpoint", checkpoint_id=checkpoint_id) as coll:
+        with ctl.coordinate("prepare", checkpoint_id=checkpoint_id, parent=coll) as coord:
+            for p in parts:
+                with coord.stage(p.kind) as stage:
+                    with p.operation("prepare", checkpoint_id=checkpoint_id, traceparent=stage.traceparent()):
+                        pass
+            coord.set(prepared=True)
+        try:
+            with ctl.coordinate("commit", checkpoint_id=checkpoint_id, parent=coll) as coord:
+                for p in parts:
+                    commit = p.operation(
+                        "commit", checkpoint_id=checkpoint_id, traceparent=coord.traceparent()
+                    )
+                    commit.__enter__()
+                    if commit_ok:
+                        commit.__exit__(None, None, None)
+                if not commit_ok:
+                    raise TimeoutError("commit timed out")
+        except TimeoutError:
+            pass
+
+
+def test_a_collection_that_never_said_it_published_and_never_committed_is_of_unknown_outcome() -> None:
+    """A user's own coordinator that never sets ``published``: its c1 ended ok after its
+    coordinate.commit failed (TimeoutError), the participants' commits never ended, and read
+    "published"; now its outcome is unknown, said first. Its c2, whose coordinate.commit ended
+    ok, still published, and a restore of c1 comes from the row that may have published."""
+    with EventCapture() as capture:
+        _own_checkpoint(capture, "c1", commit_ok=False)
+        with capture.telemetry("controller", "coordination").collection("restore", checkpoint_id="c1"):
+            pass
+        _own_checkpoint(capture, "c2", commit_ok=True)
+        events = capture.events
+    unsaid, restore, committed = overview(events).rows
+    assert [r.outcome for r in (unsaid, restore, committed)] == ["outcome unknown", "restored", "published"]
+    assert unsaid.causes[0] == PUBLISH_UNSAID, unsaid.causes
+    assert any("TimeoutError" in c for c in unsaid.causes), unsaid.causes
+    assert restore.source_row == 1

@@ -24,7 +24,8 @@ IDS = ("ckpt-20261202T102241-6cb441a9", "ckpt-20261202T102246-978655d9", "ckpt-2
 
 
 def _run() -> list[Any]:
-    """Three checkpoints (the first aborted, 2060.6 ms, the longest a row holds) and a restore."""
+    """Three checkpoints (the first failed, 2060.6 ms, the longest a row holds; the others
+    published) and a restore."""
     events: list[Any] = []
     for n, checkpoint in enumerate(IDS):
         start = T0 + n * 4_500 * MS
@@ -41,6 +42,7 @@ def _run() -> list[Any]:
                 CollectionAction.CHECKPOINT,
                 checkpoint,
                 outcome=outcome,
+                published=n > 0,  # as the controller says it: unsaid, its outcome is unknown
             )
         )
     start = T0 + 9_000 * MS
