@@ -87,6 +87,12 @@ class Trace:
     #: A ``coordinate.commit`` or a collection's ``publish`` ended ok in it: what says a
     #: collection's checkpoint that ended without saying ``published`` did its work.
     committed: bool = False
+    #: A ``coordinate.restore`` ended ok in it (the coordinator's word), and a participant's
+    #: ``restore`` did; a restore of either ended in error: with ``committed``, what says a
+    #: collection's restore that ended without saying ``rows`` did its work (``judge``).
+    restore_ok: bool = False
+    installed: bool = False
+    restore_failed: bool = False
     #: Its prepares, errors and stops, for its row's causes.
     causes: TraceCauses = field(default_factory=TraceCauses)
 
@@ -330,6 +336,12 @@ def fold_events(
                 | CollectionFinished(action=CollectionAction.PUBLISH, outcome=Outcome.OK)
             ):
                 trace.committed = True
+            case CoordinateFinished(operation=Operation.RESTORE, outcome=outcome):
+                trace.restore_ok |= outcome == Outcome.OK
+                trace.restore_failed |= outcome == Outcome.ERROR
+            case OperationFinished(operation=Operation.RESTORE, outcome=outcome):
+                trace.installed |= outcome == Outcome.OK
+                trace.restore_failed |= outcome == Outcome.ERROR
         # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
         if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
             trace.causes.span_failed(e, t)

@@ -7,9 +7,10 @@ one is not known.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
+from ckpt_events import CoordinateStarted, OperationStarted
 from ckpt_events.participants.cli.report.causes import (
     CauseEvent,
     causes_of,
@@ -20,7 +21,7 @@ from ckpt_events.participants.cli.report.causes import (
     unfinished_causes,
 )
 from ckpt_events.participants.cli.report.clocks import ClockEvidence
-from ckpt_events.participants.cli.report.events import who_wrote
+from ckpt_events.participants.cli.report.events import StartedSpan, who_wrote
 from ckpt_events.participants.cli.report.owners import (
     may_cause,
     owner_in_doubt,
@@ -44,13 +45,19 @@ ABORTED: Final = "aborted"
 FAILED: Final = "failed"
 OPEN: Final = "open at end of log"
 #: A row whose root span's end was an event this version could not read (another version's
-#: type or value), or a collection's checkpoint that ended without saying whether it published
-#: and with no commit in its logs to say so: it ended, how is not known; its causes say why.
+#: type or value), or a collection's checkpoint (restore) that ended without saying whether it
+#: published (what it restored) and with no commit (restore) in its logs to say so: it ended,
+#: how is not known; its causes say why.
 UNKNOWN: Final = "outcome unknown"
 #: Its first cause when a collection's checkpoint ended so (``_publish_unsaid``).
 PUBLISH_UNSAID: Final = (
     "collection.checkpoint ended without saying whether it published (its published is not "
     "set) and no coordinate.commit or publish of it ended ok in the logs"
+)
+#: Its first cause when a collection's restore ended so (``_restore_unsaid``).
+RESTORE_UNSAID: Final = (
+    "collection.restore ended without saying what it restored (its rows are not set) and no "
+    "coordinate.restore of it ended ok in the logs, nor every participant's restore"
 )
 
 
@@ -94,7 +101,7 @@ def judge(
             counts.append(n)
     causes, aborted_by = causes_of([t.causes for t in mine], events, clocks_agree=clocks_agree, counts=counts)
     causes += [repeated(said, n) for said, n in doubtful.items()]
-    unsaid = False  # ended without saying whether it published (``_publish_unsaid``)
+    unsaid = ""  # why it ended without saying what it did (``_publish_unsaid``, ``_restore_unsaid``)
     unread = [fold.ended_unknown[k][1] for k in row.roots if k in fold.ended_unknown]
     if unread and len(ends) + len(unread) == len(row.roots):
         # Its end was another version's event (a newer outcome, a type this one does not
@@ -113,30 +120,31 @@ def judge(
         )
         row.end_ns = None
     else:
-        row.end_ns = max(f.end_ns for f in ends)
+        end = row.end_ns = max(f.end_ns for f in ends)
         if any(f.outcome == Outcome.ERROR for f in ends):
             # The protocol's own aborts surface as the controller's error (not prepared, or a
             # commit refused after the lease): the abort is the outcome, not a failure.
             row.outcome = ABORTED if aborted_by else FAILED
         elif any(_not_done(f) for f in ends):
             row.outcome = ABORTED
-        elif unsaid := _publish_unsaid(ends, mine):
-            # A user's own coordinator that never set ``published``: an ok end alone read
-            # "published" with its commit failed (TimeoutError) and never finished anywhere.
+        elif unsaid := _publish_unsaid(ends, mine) or _restore_unsaid(
+            ends, mine, _left(fold, row.trace_ids, end)
+        ):
+            # A user's own coordinator that never set ``published`` (``rows``): an ok end alone
+            # read "published" ("restored") with its commit (restore) failed (TimeoutError) and
+            # never finished anywhere.
             row.outcome = UNKNOWN
         elif row.coordinated and row.what == "checkpoint" and not _committed(ends):
             row.outcome = ABORTED
             causes = causes or ["prepared, never committed"]
         else:
             row.outcome = RESTORED if "restore" in row.what else PUBLISHED
-        if not row.published and row.end_ns is not None:
+        if not row.published:
             # A participant's operation its call ended without (its process killed mid-call):
             # the controller's error (a reset connection) follows from it, so it comes first.
-            end = row.end_ns
-            left = [s for k, s in fold.started.items() if k[0] in row.trace_ids and s.start_ns <= end]
-            causes = unfinished_causes(left) + causes
+            causes = unfinished_causes(_left(fold, row.trace_ids, end)) + causes
         if unsaid:
-            causes = [PUBLISH_UNSAID, *causes]  # why its outcome is not known comes first
+            causes = [unsaid, *causes]  # why its outcome is not known comes first
     if row.what == "restore" and ends:
         _episodes_after_restore(row, ends)
     if row.published:
@@ -185,13 +193,35 @@ def _committed(roots: Sequence[RootEnd]) -> bool:
     return any(f.operation == Operation.COMMIT for f in roots)
 
 
-def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace]) -> bool:
-    """A collection's checkpoint that ended without saying whether it published (``published``
-    never set: the project's controller always sets it, a user's own coordinator may not), and
-    no ``coordinate.commit`` or ``publish`` of its traces ended ok: whether it published is not
-    known."""
+def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace]) -> str:
+    """``PUBLISH_UNSAID`` for a collection's checkpoint that ended without saying whether it
+    published (``published`` never set: the project's controller always sets it, a user's own
+    coordinator may not), and no ``coordinate.commit`` or ``publish`` of its traces ended ok:
+    whether it published is not known. Else ``""``."""
     unsaid = any(f.action == CollectionAction.CHECKPOINT and f.published is None for f in roots)
-    return unsaid and not any(t.committed for t in traces)
+    return PUBLISH_UNSAID if unsaid and not any(t.committed for t in traces) else ""
+
+
+def _restore_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace], left: Iterable[StartedSpan]) -> str:
+    """``RESTORE_UNSAID`` for a collection's restore that ended without saying what it restored
+    (``rows`` never set: the project's controller always sets it, and ends in error when its
+    restore failed; a user's own coordinator may catch that and end ok) with no evidence in its
+    traces: no ``coordinate.restore`` ended ok, and its participants' restores did not all end
+    ok (none did, or one failed or was ``left`` open, or a ``coordinate.restore`` failed: the
+    project's coordinator undoes a restore that failed anywhere). Else ``""``."""
+    unsaid = any(f.action == CollectionAction.RESTORE and f.rows is None for f in roots)
+    if not unsaid or any(t.restore_ok for t in traces):
+        return ""
+    if any(t.restore_failed for t in traces) or not any(t.installed for t in traces):
+        return RESTORE_UNSAID
+    restores = (OperationStarted, CoordinateStarted)
+    opened = any(isinstance(s, restores) and s.operation == Operation.RESTORE for s in left)
+    return RESTORE_UNSAID if opened else ""
+
+
+def _left(fold: Fold, trace_ids: set[int], end: int) -> Iterator[StartedSpan]:
+    """The spans of ``trace_ids`` started by ``end`` (a row's) and never finished."""
+    return (s for k, s in fold.started.items() if k[0] in trace_ids and s.start_ns <= end)
 
 
 def _not_done(root: RootEnd) -> bool:

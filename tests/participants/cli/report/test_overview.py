@@ -3,11 +3,12 @@ causes of a row that did not publish are ``test_causes``'s)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
 
-from ckpt_events.participants.cli.report.judge import PUBLISH_UNSAID
+from ckpt_events.participants.cli.report.judge import PUBLISH_UNSAID, RESTORE_UNSAID
 from ckpt_events.participants.cli.report.overview import overview
 from ckpt_events.testing import EventCapture
 from ckpt_events.vocab import ErrorCode
@@ -136,7 +137,7 @@ def test_a_restore_comes_from_the_last_checkpoint_of_its_id_that_may_have_publis
     error = {"outcome": Outcome.ERROR, "error_type": "CoordinationError", "error_message": "x"}
     published = _collection(1, "checkpoint", 0, 100, published=True)
     aborted = _collection(2, "checkpoint", 200, 300, published=False, **error)
-    restore = _collection(3, "restore", 1_000, 1_100)
+    restore = _collection(3, "restore", 1_000, 1_100, rows=0, restarts=0)  # as the controller says it
     run = overview([*published, *aborted, *restore])
     assert [r.outcome for r in run.rows] == ["published", "failed", "restored"]
     assert run.rows[2].source_row == 1
@@ -401,8 +402,8 @@ def test_a_collection_that_never_said_it_published_and_never_committed_is_of_unk
     ok, still published, and a restore of c1 comes from the row that may have published."""
     with EventCapture() as capture:
         _own_checkpoint(capture, "c1", commit_ok=False)
-        with capture.telemetry("controller", "coordination").collection("restore", checkpoint_id="c1"):
-            pass
+        with capture.telemetry("controller", "coordination").collection("restore", checkpoint_id="c1") as r:
+            r.set(rows=0, restarts=0)  # as the controller says it
         _own_checkpoint(capture, "c2", commit_ok=True)
         events = capture.events
     unsaid, restore, committed = overview(events).rows
@@ -410,3 +411,61 @@ def test_a_collection_that_never_said_it_published_and_never_committed_is_of_unk
     assert unsaid.causes[0] == PUBLISH_UNSAID, unsaid.causes
     assert any("TimeoutError" in c for c in unsaid.causes), unsaid.causes
     assert restore.source_row == 1
+
+
+def _own_restore(
+    capture: EventCapture, checkpoint_id: str, *replies: bool | None, coordinate: bool = True
+) -> None:
+    """A user's own coordinator's restore of ``checkpoint_id``, its ``rows`` never set: each
+    participant's restore ends ok (``True``), in error (``False``) or never (``None``, no reply
+    came). With ``coordinate`` they are called under a coordinate.restore, which fails
+    (TimeoutError) unless every one ended ok; the coordinator catches that and goes on."""
+    ctl = capture.telemetry("controller", "coordination")
+    parts = [capture.telemetry(kind, f"{kind}-0") for kind in ("environment", "model")]
+    restore_id = f"r-{checkpoint_id}"
+    with ctl.collection("restore", checkpoint_id=checkpoint_id) as coll:
+        calls: Any = (
+            ctl.coordinate("restore", checkpoint_id=restore_id, parent=coll)
+            if coordinate
+            else nullcontext(coll)
+        )
+        try:
+            with calls as parent:
+                for p, reply in zip(parts, replies, strict=True):
+                    restore = p.operation(
+                        "restore", checkpoint_id=restore_id, traceparent=parent.traceparent()
+                    )
+                    restore.__enter__()
+                    if reply is not None:
+                        error = None if reply else RuntimeError("checksum mismatch")
+                        restore.__exit__(None if error is None else RuntimeError, error, None)
+                if coordinate and not all(replies):
+                    raise TimeoutError("restore timed out")
+        except TimeoutError:
+            pass
+
+
+def test_a_collection_that_never_said_what_it_restored_and_never_restored_is_of_unknown_outcome() -> None:
+    """A user's own coordinator that never sets ``rows``: its restore of c1 ended ok after its
+    coordinate.restore failed (TimeoutError) and the participants' restores never ended, and
+    read "restored"; now its outcome is unknown, said first, and so is one whose restore failed
+    on a participant and one with nothing restored in its logs. A restore whose
+    coordinate.restore, or every participant's restore, ended ok is still restored."""
+    with EventCapture() as capture:
+        _own_restore(capture, "c1", None, None)
+        _own_restore(capture, "c2", True, False)  # one took it, one failed: undone, or not
+        with capture.telemetry("controller", "coordination").collection("restore", checkpoint_id="c3"):
+            pass
+        _own_restore(capture, "c4", True, True)
+        _own_restore(capture, "c5", True, True, coordinate=False)
+        _own_restore(capture, "c6", True, None, coordinate=False)
+        events = capture.events
+    rows = overview(events).rows
+    assert [r.outcome for r in rows] == [*["outcome unknown"] * 3, "restored", "restored", "outcome unknown"]
+    timed_out, mixed, bare, _, _, half = rows
+    assert all(r.causes[0] == RESTORE_UNSAID for r in (timed_out, mixed, bare, half)), [
+        r.causes for r in rows
+    ]
+    assert any("TimeoutError" in c for c in timed_out.causes), timed_out.causes
+    assert sum("restore on " in c and "no end in the logs" in c for c in timed_out.causes) == 2
+    assert any("checksum mismatch" in c for c in mixed.causes), mixed.causes

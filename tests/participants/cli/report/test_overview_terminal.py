@@ -48,7 +48,16 @@ def _run() -> list[Any]:
     start = T0 + 9_000 * MS
     events.append(
         CollectionFinished(
-            Kind.CONTROLLER, "c", 9, 1, start, start + 28 * MS, CollectionAction.RESTORE, IDS[-1]
+            Kind.CONTROLLER,
+            "c",
+            9,
+            1,
+            start,
+            start + 28 * MS,
+            CollectionAction.RESTORE,
+            IDS[-1],
+            rows=2,  # as the controller says it: unsaid, with nothing restored in the logs, unknown
+            restarts=0,
         )
     )
     return events
