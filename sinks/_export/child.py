@@ -19,10 +19,11 @@ logging; only when the parent is gone is such a line written on stderr (the pare
 
 The process ends when its stdin does (the parent closed it, or died: a SIGKILLed server's last
 batches are still read from the pipe and exported, the whole events of one it was cut writing
-too), or on SIGTERM, once it has read what the parent still sends within its close budget (a
-group's SIGTERM stops the server too, which sends its last batches as it stops; a second
-SIGTERM ends it at once); it ignores SIGINT, so a Ctrl-C in the server's terminal lets the
-parent close it in order instead of killing it mid-export.
+too, its Prometheus port let go first, for the server restarted in its place), or on SIGTERM,
+once it has read what the parent still sends within its close budget (a group's SIGTERM stops
+the server too, which sends its last batches as it stops; a second SIGTERM ends it at once);
+it ignores SIGINT, so a Ctrl-C in the server's terminal lets the parent close it in order
+instead of killing it mid-export.
 """
 
 from __future__ import annotations
@@ -266,6 +267,7 @@ async def _serve_head(
             if writer is not None:
                 tg.start_soon(_report, writer, bus, configured)
             flushing = anyio.Lock()  # requests answered one at a time, in the order asked
+            closing = False  # the parent sent its close line: it is stopping, not gone
             while True:
                 for line in pending:
                     if line[:1] == b"{":  # the parent is closing (the time it gives us), or asks a flush
@@ -276,6 +278,7 @@ async def _serve_head(
                             _unreadable(corrupt, line, exc)
                             continue
                         if not control.flush:
+                            closing = True
                             _budget(configured, bus, control.close_timeout)
                         elif writer is not None:
                             # In a task: the input is read on meanwhile (a server goes on sending).
@@ -298,6 +301,12 @@ async def _serve_head(
                 await anyio.sleep(0)
                 pending = await reader.lines()
                 if not pending:  # the input ended
+                    if not closing and configured.prometheus is not None:
+                        # The parent died (SIGKILL): its page is nobody's to scrape, and the
+                        # worker restarted in its place needs the port while we export the rest
+                        # (3-4 s to a collector that never answers: every port taken, its start
+                        # failed and gunicorn stopped the whole server).
+                        await configured.prometheus.aclose()
                     if reader.cut:
                         corrupt += 1
                         received += _emit_cut(bus, wire, reader.cut)

@@ -421,6 +421,72 @@ def test_a_sigkilled_server_still_gets_its_last_events_exported(tmp_path: Path) 
     assert len(list(read_events(log))) == 200
 
 
+def _bindable(port: int) -> bool:
+    """Whether a new scrape server could listen on 127.0.0.1:``port`` now."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_a_sigkilled_servers_child_lets_its_scrape_port_go_before_it_exports(tmp_path: Path) -> None:
+    """A worker SIGKILLed (the OOM killer) with a collector that never answers: its child held
+    the Prometheus port while it exported what was left (3-4 s), so the worker restarted in its
+    place found every port of ``CKPT_EVENTS_PROMETHEUS_PORTS`` taken and gunicorn stopped the
+    whole server. A dead server's page is nobody's to scrape: the port is let go first."""
+    with socket.socket() as pick:
+        pick.bind(("127.0.0.1", 0))
+        port = pick.getsockname()[1]
+    with _hung_collector() as hole:
+        environ = {
+            "OTEL_METRICS_EXPORTER": "prometheus",
+            "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+            "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{hole}/v1/traces",
+        }
+        script = textwrap.dedent(
+            f"""
+            import os, signal, anyio
+            from ckpt_events import Bus, Telemetry
+            from ckpt_events.sinks import configure
+
+            async def main():
+                async with Bus() as bus:
+                    configured = configure(bus, export_process=True, environ={environ!r})
+                    print(configured.export_process.pid, flush=True)
+                    telemetry = Telemetry(bus, kind="environment", instance="env-0")
+                    for i in range(100):
+                        with telemetry.operation("commit", checkpoint_id=f"c{{i}}"):
+                            pass
+                    await bus.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            anyio.run(main)
+            """
+        )
+        # Its stderr to a file: a pipe stays open in the child, and reading it to its end waited
+        # for the child's exit.
+        with (
+            (tmp_path / "stderr").open("wb") as stderr,
+            subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=stderr) as server,
+        ):
+            assert server.stdout is not None
+            child = int(server.stdout.readline())
+            try:
+                assert server.wait(timeout=30) == -signal.SIGKILL
+                for _ in range(100):
+                    if _bindable(port):
+                        break
+                    time.sleep(0.01)
+                # Still exporting to the collector that never answers, but the port is free.
+                assert alive(child) and _bindable(port)
+            finally:
+                os.kill(child, signal.SIGKILL)
+
+
 def test_a_sigterm_to_the_process_group_still_exports_what_the_server_sends_as_it_stops(
     tmp_path: Path,
 ) -> None:
