@@ -248,9 +248,14 @@ class PrometheusEndpoint:
                 "('Several worker processes' in docs/fastapi.md)"
             )
         else:
+            # Which processes hold them is unknown here: too few ports for the workers, or a
+            # graceful reload (gunicorn's HUP) whose old workers still hold all N of theirs.
             fix = (
-                f"every one is in use: CKPT_EVENTS_PROMETHEUS_PORTS must be at least the number of "
-                f"worker processes, and the {ports} ports from OTEL_EXPORTER_PROMETHEUS_PORT free"
+                "every one is in use (by other worker processes, by ones a reload such as gunicorn's "
+                "HUP is replacing, which exit after the new ones start, or by another program): set "
+                "CKPT_EVENTS_PROMETHEUS_PORTS to at least the number of worker processes, twice the "
+                "number of worker processes to survive a reload, with the ports from "
+                "OTEL_EXPORTER_PROMETHEUS_PORT free ('Several worker processes' in docs/fastapi.md)"
             )
         raise ConfigurationError(
             f"cannot serve Prometheus metrics on {where} ({failure.strerror or failure}); {fix}"

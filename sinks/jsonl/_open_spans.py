@@ -175,6 +175,10 @@ def emit_truncated_spans(bus: Bus, path: str | os.PathLike[str], *, tail_bytes: 
     (``truncated_spans``), and return how many. Call it once, when a process starts again on its
     predecessor's log, after its sinks are subscribed and before it emits anything: the log then
     reads as finished, and the spans reach the exporters as part of their checkpoint's trace.
+    It assumes the log had one writer, the predecessor, now gone: every span open in it is
+    closed, whoever wrote it. On a log several live processes share (every worker of
+    ``uvicorn --workers N`` or gunicorn given one ``jsonl_path``), a restarted worker would
+    close its siblings' work in progress as truncated: call it only on a log of one process.
     ``OSError`` from reading the log is the caller's to report."""
     closed = truncated_spans(path, tail_bytes=tail_bytes)
     for event in closed:

@@ -415,6 +415,39 @@ async def test_a_taken_port_is_one_line_naming_the_variables() -> None:
                 configure(bus, environ=env)
 
 
+async def test_a_range_whose_every_port_is_taken_names_a_reload_and_its_fix() -> None:
+    """Every port of ``CKPT_EVENTS_PROMETHEUS_PORTS`` taken is also what a graceful reload (gunicorn's
+    HUP starts the new workers before the old ones exit) meets with a range of exactly N: the line
+    says so and how to size the range, not only that the setting is below the worker count."""
+    for _ in range(50):  # two consecutive free ports, both held here (bounded tries)
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            first.listen()
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                second.listen()
+                env = {
+                    "OTEL_METRICS_EXPORTER": "prometheus",
+                    "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+                    "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
+                    "CKPT_EVENTS_PROMETHEUS_PORTS": "2",
+                }
+                async with Bus() as bus:
+                    with pytest.raises(ConfigurationError) as raised:
+                        configure(bus, environ=env)
+                line = str(raised.value)
+                assert "\n" not in line
+                assert f"127.0.0.1:{port}-{port + 1}" in line
+                assert "reload" in line
+                assert "twice the number of worker processes" in line
+                return
+    raise AssertionError("no two consecutive free ports")
+
+
 def test_a_label_value_with_a_lone_surrogate_is_written_with_a_replacement_character() -> None:
     """A kind UTF-8 cannot carry (``os.fsdecode`` of a bad byte) keeps every scrape answering: U+FFFD
     in its place, counted once; before, each scrape reset its connection from then on."""
