@@ -61,11 +61,12 @@ from ckpt_events.participants.cli.report.paths import (
 from ckpt_events.participants.cli.report.paths import dominated as dominated_by
 from ckpt_events.participants.cli.report.paths import path_line as path_of
 from ckpt_events.participants.cli.report.roots import RootEnd, RootStart, end_of, same_row, start_of
+from ckpt_events.participants.cli.report.shared import owner_by_parents
 from ckpt_events.participants.cli.report.trends import Trends
 from ckpt_events.participants.cli.words import counted
 from ckpt_events.vocab import CollectionAction, CountedEvent, Kind, Operation, Outcome
 
-__all__ = ["ROOT_TYPES", "UNROOTED", "Fold", "Trace", "Unscoped", "fold_events", "unscoped_of"]
+__all__ = ["ROOT_TYPES", "UNROOTED", "Evidence", "Fold", "Trace", "Unscoped", "fold_events", "unscoped_of"]
 
 
 @dataclass(slots=True)
@@ -100,6 +101,21 @@ class Trace:
     def first_prepare_ns(self) -> int | None:
         """The first participant prepare's start (a refused one's left out), if any."""
         return min(self.prepare_starts.values(), default=None)
+
+
+class Evidence(NamedTuple):
+    """What ran under one root span by its end: its commits and restores (as ``Trace``'s
+    flags) and its spans still open then."""
+
+    committed: bool
+    restore_ok: bool
+    installed: bool
+    restore_failed: bool
+    left: tuple[StartedSpan, ...]
+
+
+#: Evidence with nothing left open, one of each (a root's is one of these: a few bytes each).
+_EVIDENCE: dict[tuple[bool, bool, bool, bool], Evidence] = {}
 
 
 #: The spans that can be a row (``events.RootSpan``).
@@ -177,6 +193,10 @@ class Fold:
     #: Such spans whose end was read before their start and let go past ``ENDED_WAITING``
     #: waiting for it: one whose start came after is in ``started``, shown open.
     ended_let_go: int = 0
+    #: Per collection root that ended without saying what it did (``published``, ``rows``
+    #: unset), the evidence under it by its end (``Evidence``): a row's own where its trace is
+    #: shared with other rows' roots, whose commits and restores are theirs.
+    own_evidence: dict[tuple[int, int], Evidence] = field(default_factory=dict)
 
 
 # One step over 60 lines, kept flat for speed: the span half as a helper called per event cost
@@ -202,6 +222,7 @@ def fold_events(
     pending: dict[int, list[FinishedSpan]] = {}
     root_started: dict[tuple[int, int], RootStart] = {}
     root_finished: dict[tuple[int, int], RootEnd] = {}
+    own_evidence: dict[tuple[int, int], Evidence] = {}
     critical: dict[tuple[int, int], str] = {}
     dominated: dict[tuple[int, int], str] = {}
     dominant_ms: dict[tuple[int, int], float | None] = {}
@@ -332,16 +353,11 @@ def fold_events(
             case CoordinateFinished(operation=Operation.PREPARE, prepared=True, participants=int(members)):
                 trace.members = max(members, trace.members or 0)
             case (
-                CoordinateFinished(operation=Operation.COMMIT, outcome=Outcome.OK)
-                | CollectionFinished(action=CollectionAction.PUBLISH, outcome=Outcome.OK)
+                CoordinateFinished(operation=Operation.COMMIT | Operation.RESTORE)
+                | CollectionFinished(action=CollectionAction.PUBLISH)
+                | OperationFinished(operation=Operation.RESTORE)
             ):
-                trace.committed = True
-            case CoordinateFinished(operation=Operation.RESTORE, outcome=outcome):
-                trace.restore_ok |= outcome == Outcome.OK
-                trace.restore_failed |= outcome == Outcome.ERROR
-            case OperationFinished(operation=Operation.RESTORE, outcome=outcome):
-                trace.installed |= outcome == Outcome.OK
-                trace.restore_failed |= outcome == Outcome.ERROR
+                _evidence(trace, e)
         # Ended in error, or a coordinate.prepare not prepared: only a failed span pays the call.
         if e.outcome == Outcome.ERROR or (isinstance(e, CoordinateFinished) and e.prepared is False):
             trace.causes.span_failed(e, t)
@@ -356,6 +372,12 @@ def fold_events(
                 root_started[key] = kept
                 key = (kept.trace_id, kept.span_id)
             root_finished[key] = kept
+            if (kept.action == CollectionAction.CHECKPOINT and kept.published is None) or (
+                kept.action == CollectionAction.RESTORE and kept.rows is None
+            ):
+                # Ended without saying what it did: what ran under it is its evidence, its
+                # own in a trace shared with other rows (one traceparent given to each).
+                own_evidence[key] = _own_evidence(buffer, started, key, e.end_ns)
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
             critical[key] = _unknown_path(ended_unknown, trace_id, e.end_ns) or path_of(
@@ -432,6 +454,7 @@ def fold_events(
         let_go,
         ended_unknown,
         let_go_ended,
+        own_evidence,
     )
 
 
@@ -480,3 +503,54 @@ def _unknown_path(
         f"critical path: unknown ({what_of(first)} on {who_wrote(first)}: {end.why}{others}); "
         "slowest operation: unknown too"
     )
+
+
+def _evidence(trace: Trace, e: CoordinateFinished | CollectionFinished | OperationFinished) -> None:
+    """Note in ``trace`` what ``e`` (a commit, publish or restore that ended) says of its root:
+    a ``coordinate.commit`` or ``publish`` ended ok, a ``coordinate.restore`` or participant's
+    ``restore`` ended ok or in error."""
+    match e:
+        case (
+            CoordinateFinished(operation=Operation.COMMIT, outcome=Outcome.OK)
+            | CollectionFinished(action=CollectionAction.PUBLISH, outcome=Outcome.OK)
+        ):
+            trace.committed = True
+        case CoordinateFinished(operation=Operation.RESTORE, outcome=outcome):
+            trace.restore_ok |= outcome == Outcome.OK
+            trace.restore_failed |= outcome == Outcome.ERROR
+        case OperationFinished(operation=Operation.RESTORE, outcome=outcome):
+            trace.installed |= outcome == Outcome.OK
+            trace.restore_failed |= outcome == Outcome.ERROR
+
+
+def _own_evidence(
+    buffer: list[FinishedSpan],
+    started: dict[tuple[int, int], StartedSpan],
+    root: tuple[int, int],
+    end_ns: int,
+) -> Evidence:
+    """The evidence under ``root`` (trace id, span id) as it ended at ``end_ns``: its trace's
+    spans finished since its last root (``buffer``) and open (``started``) that descend from
+    it by parent ids (``shared.owner_by_parents``)."""
+    trace_id, span_id = root
+    opened = [s for (tid, _), s in started.items() if tid == trace_id]
+    parents = {s.span_id: s.parent_span_id for s in [*buffer, *opened]}
+    owners: dict[int, bool | None] = {}
+    roots = {span_id: True}
+    evidence = Trace()  # its flags only
+    for f in buffer:
+        if (
+            isinstance(f, CoordinateFinished | CollectionFinished | OperationFinished)
+            and f.span_id != span_id
+            and owner_by_parents(f.span_id, parents, roots, owners)
+        ):
+            _evidence(evidence, f)
+    left = tuple(
+        s for s in opened if s.start_ns <= end_ns and owner_by_parents(s.span_id, parents, roots, owners)
+    )
+    flags = (evidence.committed, evidence.restore_ok, evidence.installed, evidence.restore_failed)
+    if left:
+        return Evidence(*flags, left)
+    if (kept := _EVIDENCE.get(flags)) is None:
+        kept = _EVIDENCE[flags] = Evidence(*flags, ())
+    return kept

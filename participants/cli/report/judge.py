@@ -34,7 +34,7 @@ from ckpt_events.participants.cli.text import short_id
 from ckpt_events.vocab import CollectionAction, Operation, Outcome
 
 if TYPE_CHECKING:
-    from ckpt_events.participants.cli.report.fold import Fold, Trace
+    from ckpt_events.participants.cli.report.fold import Evidence, Fold, Trace
     from ckpt_events.participants.cli.report.overview import Run, RunRow
 
 __all__ = ["ABORTED", "FAILED", "OPEN", "PUBLISHED", "RESTORED", "UNKNOWN", "judge"]
@@ -60,6 +60,12 @@ RESTORE_UNSAID: Final = (
     "coordinate.restore of it ended ok in the logs, nor every participant's restore"
 )
 
+#: Said after either when its trace holds other rows' roots too: their evidence is not its.
+SHARED: Final = (
+    " (its trace is shared with other rows, one traceparent given to each: only what ran under "
+    "its own root by its end is its)"
+)
+
 
 def judge(
     run: Run,
@@ -70,11 +76,13 @@ def judge(
     clocks: ClockEvidence | None = None,
     *,
     cut: bool = False,
+    shared: bool = False,
 ) -> None:
     """Set ``row``'s end, pause, outcome and causes (or critical path) from what the fold kept;
     ``same_id``: the rows that carry its checkpoint id (``owner_of``); ``clocks_agree``: no
     participant of its traces answered outside the controller's call (``causes_of``);
-    ``clocks``: what the calls prove of each participant's clock (``owner_in_doubt``)."""
+    ``clocks``: what the calls prove of each participant's clock (``owner_in_doubt``);
+    ``shared``: its trace holds other rows' roots too (``_unsaid``)."""
     mine = [fold.traces[t] for t in row.trace_ids if t in fold.traces]
     ends = [fold.root_finished[k] for k in row.roots if k in fold.root_finished]
     row.paused_span = _paused_span(mine)
@@ -127,9 +135,7 @@ def judge(
             row.outcome = ABORTED if aborted_by else FAILED
         elif any(_not_done(f) for f in ends):
             row.outcome = ABORTED
-        elif unsaid := _publish_unsaid(ends, mine) or _restore_unsaid(
-            ends, mine, _left(fold, row.trace_ids, end)
-        ):
+        elif unsaid := _unsaid(row, fold, ends, mine, shared):
             # A user's own coordinator that never set ``published`` (``rows``): an ok end alone
             # read "published" ("restored") with its commit (restore) failed (TimeoutError) and
             # never finished anywhere.
@@ -142,7 +148,8 @@ def judge(
         if not row.published:
             # A participant's operation its call ended without (its process killed mid-call):
             # the controller's error (a reset connection) follows from it, so it comes first.
-            causes = unfinished_causes(_left(fold, row.trace_ids, end)) + causes
+            left = _left(fold, row.trace_ids, end, row if unsaid and shared else None)
+            causes = unfinished_causes(left) + causes
         if unsaid:
             causes = [unsaid, *causes]  # why its outcome is not known comes first
     if row.what == "restore" and ends:
@@ -193,7 +200,7 @@ def _committed(roots: Sequence[RootEnd]) -> bool:
     return any(f.operation == Operation.COMMIT for f in roots)
 
 
-def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace]) -> str:
+def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace | Evidence]) -> str:
     """``PUBLISH_UNSAID`` for a collection's checkpoint that ended without saying whether it
     published (``published`` never set: the project's controller always sets it, a user's own
     coordinator may not), and no ``coordinate.commit`` or ``publish`` of its traces ended ok:
@@ -202,7 +209,9 @@ def _publish_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace]) -> str:
     return PUBLISH_UNSAID if unsaid and not any(t.committed for t in traces) else ""
 
 
-def _restore_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace], left: Iterable[StartedSpan]) -> str:
+def _restore_unsaid(
+    roots: Sequence[RootEnd], traces: Sequence[Trace | Evidence], left: Iterable[StartedSpan]
+) -> str:
     """``RESTORE_UNSAID`` for a collection's restore that ended without saying what it restored
     (``rows`` never set: the project's controller always sets it, and ends in error when its
     restore failed; a user's own coordinator may catch that and end ok) with no evidence in its
@@ -219,9 +228,31 @@ def _restore_unsaid(roots: Sequence[RootEnd], traces: Sequence[Trace], left: Ite
     return RESTORE_UNSAID if opened else ""
 
 
-def _left(fold: Fold, trace_ids: set[int], end: int) -> Iterator[StartedSpan]:
-    """The spans of ``trace_ids`` started by ``end`` (a row's) and never finished."""
+def _left(fold: Fold, trace_ids: set[int], end: int, row: RunRow | None = None) -> Iterator[StartedSpan]:
+    """The spans of ``trace_ids`` started by ``end`` (a row's) and never finished; with ``row``
+    (one that ended unsaid, its trace shared with other rows) those open under its own roots
+    at its end (``Fold.own_evidence``): the others' are theirs."""
+    if row is not None:
+        return (s for e in _own(row, fold) for s in e.left)
     return (s for k, s in fold.started.items() if k[0] in trace_ids and s.start_ns <= end)
+
+
+def _own(row: RunRow, fold: Fold) -> list[Evidence]:
+    """The evidence under ``row``'s own roots (``Fold.own_evidence``)."""
+    return [e for k in row.roots if (e := fold.own_evidence.get(k)) is not None]
+
+
+def _unsaid(row: RunRow, fold: Fold, ends: Sequence[RootEnd], mine: Sequence[Trace], shared: bool) -> str:
+    """Why ``row``'s outcome is unknown when it ended ok without saying what it did
+    (``_publish_unsaid``, ``_restore_unsaid``), else ``""``. Its evidence is its traces', or
+    with its trace ``shared`` with other rows' roots (one traceparent given to several
+    collections: theirs are not its) what ran under its own roots by their end (``SHARED``)."""
+    if not shared:
+        end = max(f.end_ns for f in ends)
+        return _publish_unsaid(ends, mine) or _restore_unsaid(ends, mine, _left(fold, row.trace_ids, end))
+    own = _own(row, fold)
+    unsaid = _publish_unsaid(ends, own) or _restore_unsaid(ends, own, (s for e in own for s in e.left))
+    return f"{unsaid}{SHARED}" if unsaid else ""
 
 
 def _not_done(root: RootEnd) -> bool:

@@ -433,6 +433,8 @@ def overview(
     for fleet in run.fleets:
         for row in fleet.rows:
             row.logs_end_ns = fleet.last_ns
+    # A trace that holds several rows' roots (one traceparent given to several collections).
+    sharing = Counter(t for row in rows for t in row.trace_ids)
     for number, row in enumerate(rows, 1):
         judge(
             run,
@@ -442,6 +444,7 @@ def overview(
             not row.trace_ids & outside,
             clocks,
             cut=cut,
+            shared=any(sharing[t] > 1 for t in row.trace_ids),
         )
         if row.what == "restore":
             # The restore carries the id of the checkpoint it restored (no event names a
@@ -466,7 +469,6 @@ def overview(
     _unaligned_paths(run, fold, outside)
     # Each row's pause is its traces' first prepare to last resume: a trace shared by several
     # rows gave each the span of them all (a checkpoint "paused" until the restore resumed).
-    sharing = Counter(t for row in rows for t in row.trace_ids)
     for row in rows:
         why: PauseUnknown | None = None
         if any(sharing[t] > 1 for t in row.trace_ids):

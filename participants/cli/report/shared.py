@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from ckpt_events import (
     CheckpointEvent,
@@ -32,7 +32,9 @@ from ckpt_events.participants.cli.text import short_id
 if TYPE_CHECKING:
     from ckpt_events.participants.cli.report.overview import RunRow
 
-__all__ = ["owned", "shared_line", "shared_traces"]
+__all__ = ["owned", "owner_by_parents", "shared_line", "shared_traces"]
+
+_Owner = TypeVar("_Owner")
 
 #: The other rows a row's line names; the rest are counted.
 _NAMED: Final = 3
@@ -67,7 +69,7 @@ def owned(
         by_id.setdefault(row.checkpoint_id, {})[id(row)] = row
     owners: dict[int, RunRow | None] = {}
     for span in parents:
-        owners[span] = _owner(span, parents, roots, owners)
+        owners[span] = owner_by_parents(span, parents, roots, owners)
     for span, owner in owners.items():
         if owner is None and len(rows := by_id.get(checkpoints.get(span), {})) == 1:
             owners[span] = next(iter(rows.values()))
@@ -77,15 +79,19 @@ def owned(
             yield e, owner
 
 
-def _owner(
-    span: int, parents: dict[int, int | None], roots: dict[int, RunRow], owners: dict[int, RunRow | None]
-) -> RunRow | None:
-    """The row whose root ``span`` descends from, by parent ids (``None``: none); every span on
-    the way gets the answer too. Bounded by the spans: a loop of parent ids ends it."""
+def owner_by_parents(
+    span: int,
+    parents: dict[int, int | None],
+    roots: dict[int, _Owner],
+    owners: dict[int, _Owner | None],
+) -> _Owner | None:
+    """The owner (a row) of the root ``span`` descends from, by parent ids (``None``: none);
+    every span on the way gets the answer too (``owners``). Bounded by the spans: a loop of
+    parent ids ends it."""
     path: list[int] = []
     seen: set[int] = set()
     at: int | None = span
-    owner: RunRow | None = None
+    owner: _Owner | None = None
     while at is not None and at not in seen:
         if at in roots:
             owner = roots[at]

@@ -367,13 +367,16 @@ def test_the_whole_of_a_log_without_rows_is_one_more_read() -> None:
     assert whole.events and all(e.trace_id == run.last_trace for e in whole.events)  # type: ignore[union-attr]
 
 
-def _own_checkpoint(capture: EventCapture, checkpoint_id: str, *, commit_ok: bool) -> None:
+def _own_checkpoint(
+    capture: EventCapture, checkpoint_id: str, *, commit_ok: bool, traceparent: str | None = None
+) -> None:
     """A user's own coordinator's checkpoint, ``published`` never set: both participants
     prepare; with ``commit_ok`` both commit, else the coordinate.commit times out with their
-    commits never ended (no reply came), and the coordinator goes on."""
+    commits never ended (no reply came), and the coordinator goes on. ``traceparent``: the
+    incoming header its collection is started with."""
     ctl = capture.telemetry("controller", "coordination")
     parts = [capture.telemetry(kind, f"{kind}-0") for kind in ("environment", "model")]
-    with ctl.collection("checkpoint", checkpoint_id=checkpoint_id) as coll:
+    with ctl.collection("checkpoint", checkpoint_id=checkpoint_id, traceparent=traceparent) as coll:
         with ctl.coordinate("prepare", checkpoint_id=checkpoint_id, parent=coll) as coord:
             for p in parts:
                 with coord.stage(p.kind) as stage:
@@ -414,7 +417,11 @@ def test_a_collection_that_never_said_it_published_and_never_committed_is_of_unk
 
 
 def _own_restore(
-    capture: EventCapture, checkpoint_id: str, *replies: bool | None, coordinate: bool = True
+    capture: EventCapture,
+    checkpoint_id: str,
+    *replies: bool | None,
+    coordinate: bool = True,
+    traceparent: str | None = None,
 ) -> None:
     """A user's own coordinator's restore of ``checkpoint_id``, its ``rows`` never set: each
     participant's restore ends ok (``True``), in error (``False``) or never (``None``, no reply
@@ -423,7 +430,7 @@ def _own_restore(
     ctl = capture.telemetry("controller", "coordination")
     parts = [capture.telemetry(kind, f"{kind}-0") for kind in ("environment", "model")]
     restore_id = f"r-{checkpoint_id}"
-    with ctl.collection("restore", checkpoint_id=checkpoint_id) as coll:
+    with ctl.collection("restore", checkpoint_id=checkpoint_id, traceparent=traceparent) as coll:
         calls: Any = (
             ctl.coordinate("restore", checkpoint_id=restore_id, parent=coll)
             if coordinate
@@ -469,3 +476,34 @@ def test_a_collection_that_never_said_what_it_restored_and_never_restored_is_of_
     assert any("TimeoutError" in c for c in timed_out.causes), timed_out.causes
     assert sum("restore on " in c and "no end in the logs" in c for c in timed_out.causes) == 2
     assert any("checksum mismatch" in c for c in mixed.causes), mixed.causes
+
+
+#: One incoming header a user's script passes to every collection it starts: one trace.
+_ONE_TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_each_row_of_one_traceparent_has_its_own_commit_and_restore_for_evidence() -> None:
+    """Two collections started with one ``traceparent`` share a trace: the first one's
+    coordinate.commit (coordinate.restore, participants' restores) that ended ok counted for
+    the second, whose own timed out, and both read "published" ("restored"). Now each row's
+    evidence is what ran under its own root."""
+    with EventCapture() as capture:
+        _own_checkpoint(capture, "c1", commit_ok=True, traceparent=_ONE_TRACE)
+        _own_checkpoint(capture, "c2", commit_ok=False, traceparent=_ONE_TRACE)
+        _own_restore(capture, "c1", True, True, traceparent=_ONE_TRACE)
+        _own_restore(capture, "c2", None, None, traceparent=_ONE_TRACE)
+        _own_restore(capture, "c1", True, True, coordinate=False, traceparent=_ONE_TRACE)
+        _own_restore(capture, "c2", True, None, coordinate=False, traceparent=_ONE_TRACE)
+        events = capture.events
+    rows = overview(events).rows
+    assert len({t for r in rows for t in r.trace_ids}) == 1  # one trace for all six
+    assert [r.outcome for r in rows] == [
+        "published",
+        "outcome unknown",
+        "restored",
+        "outcome unknown",
+        "restored",
+        "outcome unknown",
+    ]
+    assert rows[1].causes[0].startswith(PUBLISH_UNSAID), rows[1].causes
+    assert all(rows[i].causes[0].startswith(RESTORE_UNSAID) for i in (3, 5)), [r.causes for r in rows]
