@@ -507,3 +507,13 @@ def test_each_row_of_one_traceparent_has_its_own_commit_and_restore_for_evidence
     ]
     assert rows[1].causes[0].startswith(PUBLISH_UNSAID), rows[1].causes
     assert all(rows[i].causes[0].startswith(RESTORE_UNSAID) for i in (3, 5)), [r.causes for r in rows]
+
+
+def test_a_later_rows_commit_under_one_traceparent_is_not_an_earlier_ones() -> None:
+    """The other way round: the first checkpoint's coordinate.commit timed out, the second's
+    (same traceparent) ended ok after it; the first read "published" by the second's commit."""
+    with EventCapture() as capture:
+        _own_checkpoint(capture, "c1", commit_ok=False, traceparent=_ONE_TRACE)
+        _own_checkpoint(capture, "c2", commit_ok=True, traceparent=_ONE_TRACE)
+        events = capture.events
+    assert [r.outcome for r in overview(events).rows] == ["outcome unknown", "published"]
