@@ -372,12 +372,19 @@ def fold_events(
                 root_started[key] = kept
                 key = (kept.trace_id, kept.span_id)
             root_finished[key] = kept
-            if (kept.action == CollectionAction.CHECKPOINT and kept.published is None) or (
+            unsaid = (kept.action == CollectionAction.CHECKPOINT and kept.published is None) or (
                 kept.action == CollectionAction.RESTORE and kept.rows is None
-            ):
+            )
+            # Its trace's spans still open: read once, for its evidence and a restore's steps.
+            opened = (
+                [s for (tid, _), s in started.items() if tid == trace_id]
+                if unsaid or kept.what == "restore"
+                else []
+            )
+            if unsaid:
                 # Ended without saying what it did: what ran under it is its evidence, its
                 # own in a trace shared with other rows (one traceparent given to each).
-                own_evidence[key] = _own_evidence(buffer, started, key, e.end_ns)
+                own_evidence[key] = _own_evidence(buffer, opened, key, e.end_ns)
             rooted.add(trace_id)
             unrooted.pop(trace_id, None)
             critical[key] = _unknown_path(ended_unknown, trace_id, e.end_ns) or path_of(
@@ -388,7 +395,6 @@ def fold_events(
             if kept.what == "restore":
                 # A restore's step still open when the restore ended (its process killed, or
                 # slower than the controller waited) may be the longest: then none is named.
-                opened = [s for (tid, _), s in started.items() if tid == trace_id]
                 unknown = [(s, end) for (tid, _), (s, end) in ended_unknown.items() if tid == trace_id]
                 restores = restore_operations([*buffer, *opened, *(s for s, _ in unknown)])
                 unfinished = [
@@ -524,16 +530,12 @@ def _evidence(trace: Trace, e: CoordinateFinished | CollectionFinished | Operati
 
 
 def _own_evidence(
-    buffer: list[FinishedSpan],
-    started: dict[tuple[int, int], StartedSpan],
-    root: tuple[int, int],
-    end_ns: int,
+    buffer: list[FinishedSpan], opened: list[StartedSpan], root: tuple[int, int], end_ns: int
 ) -> Evidence:
     """The evidence under ``root`` (trace id, span id) as it ended at ``end_ns``: its trace's
-    spans finished since its last root (``buffer``) and open (``started``) that descend from
-    it by parent ids (``shared.owner_by_parents``)."""
-    trace_id, span_id = root
-    opened = [s for (tid, _), s in started.items() if tid == trace_id]
+    spans finished since its last root (``buffer``) and still open (``opened``) that descend
+    from it by parent ids (``shared.owner_by_parents``)."""
+    span_id = root[1]
     parents = {s.span_id: s.parent_span_id for s in [*buffer, *opened]}
     owners: dict[int, bool | None] = {}
     roots = {span_id: True}

@@ -135,7 +135,7 @@ def judge(
             row.outcome = ABORTED if aborted_by else FAILED
         elif any(_not_done(f) for f in ends):
             row.outcome = ABORTED
-        elif unsaid := _unsaid(row, fold, ends, mine, shared):
+        elif unsaid := _unsaid(row, fold, ends, mine, shared, end):
             # A user's own coordinator that never set ``published`` (``rows``): an ok end alone
             # read "published" ("restored") with its commit (restore) failed (TimeoutError) and
             # never finished anywhere.
@@ -242,17 +242,17 @@ def _own(row: RunRow, fold: Fold) -> list[Evidence]:
     return [e for k in row.roots if (e := fold.own_evidence.get(k)) is not None]
 
 
-def _unsaid(row: RunRow, fold: Fold, ends: Sequence[RootEnd], mine: Sequence[Trace], shared: bool) -> str:
-    """Why ``row``'s outcome is unknown when it ended ok without saying what it did
-    (``_publish_unsaid``, ``_restore_unsaid``), else ``""``. Its evidence is its traces', or
-    with its trace ``shared`` with other rows' roots (one traceparent given to several
+def _unsaid(
+    row: RunRow, fold: Fold, ends: Sequence[RootEnd], mine: Sequence[Trace], shared: bool, end: int
+) -> str:
+    """Why ``row`` (ended at ``end``) has an unknown outcome when it ended ok without saying what
+    it did (``_publish_unsaid``, ``_restore_unsaid``), else ``""``. Its evidence is its traces',
+    or with its trace ``shared`` with other rows' roots (one traceparent given to several
     collections: theirs are not its) what ran under its own roots by their end (``SHARED``)."""
-    if not shared:
-        end = max(f.end_ns for f in ends)
-        return _publish_unsaid(ends, mine) or _restore_unsaid(ends, mine, _left(fold, row.trace_ids, end))
-    own = _own(row, fold)
-    unsaid = _publish_unsaid(ends, own) or _restore_unsaid(ends, own, (s for e in own for s in e.left))
-    return f"{unsaid}{SHARED}" if unsaid else ""
+    evidence: Sequence[Trace | Evidence] = _own(row, fold) if shared else mine
+    left = _left(fold, row.trace_ids, end, row if shared else None)
+    unsaid = _publish_unsaid(ends, evidence) or _restore_unsaid(ends, evidence, left)
+    return f"{unsaid}{SHARED}" if unsaid and shared else unsaid
 
 
 def _not_done(root: RootEnd) -> bool:
