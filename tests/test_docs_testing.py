@@ -38,22 +38,16 @@ def test_the_module_app_recipe_passes_under_pytest(tmp_path: Path) -> None:
     its TestClient would rather have httpx2 is not ours to fail on."""
     (tmp_path / "test_module_app.py").write_text(one_block("testing.md", "# test_module_app.py"))
     ignore = "ignore:Using `httpx` with `starlette.testclient`"
-    result = subprocess.run(  # this tree's ckpt_events; no plugin the page's file does not use
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-        + ["-p", "no:xdist", "-W", "error", "-W", ignore, "test_module_app.py"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    # This tree's ckpt_events importable; no plugin the page's file does not use.
+    arguments = ["-p", "no:hypothesispytest", "-p", "no:xdist", "-W", ignore, "test_module_app.py"]
+    result = _pytest(tmp_path, *arguments, importable=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"\b[23] passed", result.stdout), result.stdout  # httpx's under trio too, if installed
 
 
-def _pytest(where: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """pytest run in ``where`` on its files, warnings as errors, ``where`` importable."""
+def _pytest(where: Path, *arguments: str, importable: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """pytest run in ``where`` on its files, warnings as errors, ``importable`` (default
+    ``where``) on the import path."""
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", *arguments],
         capture_output=True,
@@ -61,7 +55,7 @@ def _pytest(where: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
         cwd=where,
-        env={**os.environ, "PYTHONPATH": str(where)},
+        env={**os.environ, "PYTHONPATH": str(importable or where)},
     )
 
 

@@ -16,13 +16,19 @@ from ckpt_events.testing import MemorySink
 _CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-def _app(sink: MemorySink | None) -> FastAPI:
-    """An app whose routes forget ``with``; ``sink`` None: telemetry off."""
+def _instrumented(sink: MemorySink | None) -> FastAPI:
+    """An instrumented app of kind ``judge`` with ``sink`` subscribed (None: telemetry off)."""
     app = FastAPI()
     if sink is None:
         instrument(app, kind="judge", instance="judge-0")
     else:
         instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+    return app
+
+
+def _app(sink: MemorySink | None) -> FastAPI:
+    """An app whose routes forget ``with``; ``sink`` None: telemetry off."""
+    app = _instrumented(sink)
 
     @app.post("/operation")
     async def by_operation(request: Request) -> dict[str, str | None]:
@@ -74,11 +80,7 @@ async def test_async_with_says_to_use_with_on_or_off(listening: bool) -> None:
     object does not support the asynchronous context manager protocol", or '_NoopOperation'
     with telemetry off), and records nothing."""
     sink = MemorySink() if listening else None
-    app = FastAPI()
-    if sink is None:
-        instrument(app, kind="judge", instance="judge-0")
-    else:
-        instrument(app, kind="judge", instance="judge-0", configure_sinks=lambda bus: bus.subscribe(sink))
+    app = _instrumented(sink)
 
     @app.post("/{how}")
     async def commit(request: Request, how: str) -> str:

@@ -966,6 +966,14 @@ def test_a_child_that_never_answers_is_killed_at_the_start_timeout(
     assert not alive(int((tmp_path / "pid").read_text()))
 
 
+def _python(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by this interpreter in a process of its own (a fork's test: its parent is
+    the program, not pytest), its output as text."""
+    return subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_a_forked_copy_drops_and_counts_and_leaves_the_child_alone(tmp_path: Path) -> None:
     """A process forked after the child started (a pre-forking server) must not write into the
     owner's pipe nor take the child's replies: it drops and counts, warns once; the owner's
@@ -1006,9 +1014,7 @@ def test_a_forked_copy_drops_and_counts_and_leaves_the_child_alone(tmp_path: Pat
         print(os.waitstatus_to_exitcode(status), stats.forwarded, stats.received, stats.exit_code)
         """
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
-    )
+    run = _python(script)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["0", "2", "2", "0"]
     assert run.stderr.count("was forked from the one that started the export process") == 1
@@ -1050,9 +1056,7 @@ def test_a_forked_worker_that_lives_on_does_not_hold_the_close_up(tmp_path: Path
         anyio.run(main)
         """
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
-    )
+    run = _python(script)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "0", "2"]
     assert len(list(read_events(log))) == 2
@@ -1090,9 +1094,7 @@ def test_a_forked_copy_keeps_none_of_the_report_listeners_descriptors(tmp_path: 
         anyio.run(main)
         """
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
-    )
+    run = _python(script)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["0", "True"]
 
@@ -1130,9 +1132,7 @@ def test_a_fork_after_the_child_exited_closes_none_of_the_servers_own_descriptor
         anyio.run(main)
         """
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
-    )
+    run = _python(script)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["0"]
 
